@@ -1,0 +1,85 @@
+"""How fp32 convolutions are computed: 'tf32' (operands rounded to TF32, fp32 accumulation)
+or 'ieee' (full fp32 accuracy).  'auto' follows the switch PyTorch applies to cuDNN
+convolutions, read at call time so flipping it later takes effect."""
+
+from __future__ import annotations
+
+import torch
+
+PRECISIONS = ("auto", "tf32", "ieee")
+
+# Codes understood by the CUDA extension (kernels/dispatch.h).
+_CODES = {"tf32": 1, "ieee": 2}
+
+
+def conv_allows_tf32() -> bool:
+    """True when PyTorch lets cuDNN convolutions use TF32 for fp32 tensors."""
+    cudnn = torch.backends.cudnn
+    conv = getattr(cudnn, "conv", None)
+    if conv is not None and hasattr(conv, "fp32_precision"):
+        # Newer API: the most specific setting that is not 'none' wins.
+        chain = (conv.fp32_precision, getattr(cudnn, "fp32_precision", "none"),
+                 getattr(torch.backends, "fp32_precision", "none"))
+        for value in chain:
+            if value == "tf32":
+                return True
+            if value == "ieee":
+                return False
+        return False
+    return bool(cudnn.allow_tf32)
+
+
+def check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+
+
+def resolve(precision: str) -> str:
+    """'tf32' or 'ieee' for an fp32 convolution run now."""
+    check_precision(precision)
+    if precision == "auto":
+        return "tf32" if conv_allows_tf32() else "ieee"
+    return precision
+
+
+def code(precision: str) -> int:
+    return _CODES[resolve(precision)]
+
+
+def round_to_tf32(t: torch.Tensor) -> torch.Tensor:
+    """fp32 values rounded to TF32 (10 mantissa bits) with round-to-nearest-even, as the
+    kernels round their operands; Inf and NaN pass through."""
+    if t.dtype != torch.float32:
+        raise TypeError(f"round_to_tf32 expects float32, got {t.dtype}")
+    u = t.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    special = (u & 0x7F800000) == 0x7F800000
+    rounded = (u + 0xFFF + ((u >> 13) & 1)) & 0xFFFFE000
+    out = torch.where(special, u, rounded)
+    out = torch.where(out >= 2**31, out - 2**32, out).to(torch.int32)
+    return out.view(torch.float32).view(t.shape)
+
+
+class conv_tf32:
+    """Context manager setting PyTorch's TF32 switch for cuDNN convolutions, restoring it on
+    exit.  Uses the per-operator API where this torch has it."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def __enter__(self):
+        conv = getattr(torch.backends.cudnn, "conv", None)
+        if conv is not None and hasattr(conv, "fp32_precision"):
+            self._restore = ("new", conv.fp32_precision)
+            conv.fp32_precision = "tf32" if self.enabled else "ieee"
+        else:
+            self._restore = ("legacy", torch.backends.cudnn.allow_tf32)
+            torch.backends.cudnn.allow_tf32 = self.enabled
+        return self
+
+    def __exit__(self, *exc):
+        kind, value = self._restore
+        if kind == "new":
+            torch.backends.cudnn.conv.fp32_precision = value
+        else:
+            torch.backends.cudnn.allow_tf32 = value
+        return False

@@ -1,0 +1,88 @@
+// Small device helpers shared by all kernel families: element conversion, TF32
+// rounding, and the launch-error check every launcher uses.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+#include <type_traits>
+
+#include <cstdint>
+
+#include "conv_params.h"
+
+// Every launch goes through this: a bad configuration surfaces as a Python
+// RuntimeError naming the kernel instead of a silent garbage result.
+#define CAUSALCONV_CHECK_LAUNCH(name)                                                 \
+  do {                                                                                \
+    cudaError_t err_ = cudaGetLastError();                                            \
+    TORCH_CHECK(err_ == cudaSuccess, "causalconv: launch of ", name, " failed: ",     \
+                cudaGetErrorString(err_));                                            \
+  } while (0)
+
+#define CAUSALCONV_CUDA_CHECK(expr)                                                   \
+  do {                                                                                \
+    cudaError_t err_ = (expr);                                                        \
+    TORCH_CHECK(err_ == cudaSuccess, "causalconv: ", #expr, " failed: ",              \
+                cudaGetErrorString(err_));                                            \
+  } while (0)
+
+namespace causalconv {
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+template <typename T>
+constexpr c10::ScalarType scalar_type_of() {
+  if constexpr (std::is_same_v<T, float>) return c10::ScalarType::Float;
+  else if constexpr (std::is_same_v<T, __half>) return c10::ScalarType::Half;
+  else return c10::ScalarType::BFloat16;
+}
+
+// Round an fp32 value to TF32 (10 explicit mantissa bits) with round-to-nearest-even,
+// the rounding cuDNN applies to convolution operands when TF32 is allowed.  Done with
+// integer arithmetic so every kernel and architecture rounds bit-identically.  Inf
+// stays Inf; NaN becomes a quiet NaN whose payload survives the truncation the tensor
+// cores apply to the low 13 bits.
+__device__ __forceinline__ float round_tf32(float v) {
+  uint32_t u = __float_as_uint(v);
+  const bool special = (u & 0x7f800000u) == 0x7f800000u;
+  const bool nan = special && (u & 0x007fffffu);
+  const uint32_t rounded = (u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u;
+  u = special ? (nan ? 0x7fffe000u : u) : rounded;
+  return __uint_as_float(u);
+}
+
+// Operand value as the arithmetic will see it, for the CUDA-core kernels.
+__device__ __forceinline__ float operand(float v, bool tf32) { return tf32 ? round_tf32(v) : v; }
+
+// Floor division for possibly negative numerators (window starts left of t = 0).
+__host__ __device__ __forceinline__ int64_t floor_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+__host__ __device__ __forceinline__ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace causalconv

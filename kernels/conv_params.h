@@ -1,0 +1,36 @@
+// One description of a causal convolution launch, shared by every kernel family.
+//
+// Index convention (all kernels):  y[b, o, t] = bias[o] +
+//     sum_{k < K} sum_{i < cin_g} w[o, i, k] * x[b, g*cin_g + i, t + k*dilation + shift]
+// where g = o / cout_g and x outside [0, L) reads as zero.  The forward pass uses
+// shift = -(K-1)*dilation (the causal left pad); the input gradient runs the same
+// kernels on dy with transposed, tap-reversed weights and shift = 0 (an anti-causal
+// window).  Strides are in elements and 64-bit so tensors above 2^31 elements index
+// correctly.
+#pragma once
+#include <cstdint>
+
+namespace causalconv {
+
+enum class Precision : int {
+  kNative = 0,  // half types (fp32 accumulation), or fp32 with full fp32 products
+  kTF32 = 1,    // fp32 operands rounded to TF32 (round-to-nearest-even), fp32 accumulation
+  kTF32x3 = 2,  // fp32 split into hi + lo TF32 parts, three products (full fp32 accuracy)
+};
+
+struct ConvParams {
+  const void* x = nullptr;     // (B, C_in, L), strides below
+  const void* w = nullptr;     // (C_out, cin_g, K), contiguous
+  const void* bias = nullptr;  // (C_out) or null
+  void* y = nullptr;           // (B, C_out, L), strides below, unit stride along L
+
+  int64_t B = 0, C_in = 0, C_out = 0, L = 0;
+  int64_t sx_b = 0, sx_c = 0, sx_t = 1;
+  int64_t sy_b = 0, sy_c = 0;
+
+  int groups = 1, cin_g = 0, cout_g = 0, K = 1, dilation = 1;
+  int shift = 0;
+  Precision precision = Precision::kNative;
+};
+
+}  // namespace causalconv

@@ -1,0 +1,296 @@
+// The one place that maps runtime arguments to kernels: checks the preconditions the
+// kernels rely on, resolves fp32 precision, picks the kernel family and tile, owns the
+// outputs and workspaces, and runs on the tensors' device and current stream.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <atomic>
+#include <limits>
+#include <string>
+
+#include "common.cuh"
+#include "dispatch.h"
+#include "launchers.h"
+
+namespace causalconv {
+namespace {
+
+std::atomic<int> g_forced{static_cast<int>(KernelChoice::kAuto)};
+std::atomic<int64_t> g_counts[kNumKernelKinds];
+std::atomic<bool> g_poison{false};
+
+// Tests fill outputs and workspaces with NaN before the kernels run, so an element a
+// kernel fails to write cannot pass as a correct value left over in memory.
+void poison(at::Tensor& t) {
+  if (g_poison.load(std::memory_order_relaxed)) t.fill_(std::numeric_limits<float>::quiet_NaN());
+}
+
+void count(KernelKind k) { g_counts[static_cast<int>(k)].fetch_add(1, std::memory_order_relaxed); }
+
+bool built_for_sm90a() {
+#ifdef CAUSALCONV_SM90A_BUILT
+  return true;
+#else
+  return false;
+#endif
+}
+
+// 'auto' is resolved in Python (causalconv/_precision.py) at call time.
+Precision resolve(at::ScalarType dtype, int64_t precision) {
+  TORCH_CHECK(precision == kPrecisionTF32 || precision == kPrecisionIEEE,
+              "causalconv: precision code must be 1 (tf32) or 2 (ieee), got ", precision);
+  if (dtype != at::kFloat) return Precision::kNative;
+  return precision == kPrecisionTF32 ? Precision::kTF32 : Precision::kTF32x3;
+}
+
+int vec_elems(at::ScalarType dtype) { return 16 / static_cast<int>(c10::elementSize(dtype)); }
+
+// The tensor-core kernels copy 16-byte chunks of x rows.
+bool tc_layout_ok(const at::Tensor& x) {
+  const int v = vec_elems(x.scalar_type());
+  return x.stride(2) == 1 && x.stride(1) % v == 0 && x.stride(0) % v == 0 && x.size(2) % v == 0 &&
+         reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+}
+
+// Multiprocessor count and major compute capability of the current device, read once
+// per device.
+struct DeviceInfo {
+  int sms = 0, major = 0;
+};
+const DeviceInfo& device_info() {
+  static DeviceInfo info[64];
+  static std::atomic<bool> ready[64];
+  const int dev = c10::cuda::current_device();
+  TORCH_CHECK(dev >= 0 && dev < 64, "causalconv: device index ", dev, " out of range");
+  if (!ready[dev].load(std::memory_order_acquire)) {
+    CAUSALCONV_CUDA_CHECK(cudaDeviceGetAttribute(&info[dev].sms, cudaDevAttrMultiProcessorCount, dev));
+    CAUSALCONV_CUDA_CHECK(cudaDeviceGetAttribute(&info[dev].major, cudaDevAttrComputeCapabilityMajor, dev));
+    ready[dev].store(true, std::memory_order_release);
+  }
+  return info[dev];
+}
+int sm_count() { return device_info().sms; }
+int sm_major() { return device_info().major; }
+
+struct FwdChoice {
+  KernelKind kind;
+  int bn = 64;
+  bool copy_x = false;  // tensor cores after one contiguous copy of x
+};
+
+FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice forced) {
+  const bool tc_arch = sm_major() >= 8;
+  const bool wgmma = sm_major() == 9 && built_for_sm90a();
+  const bool x_ok = tc_layout_ok(x);
+  const bool can_copy = x.size(2) % vec_elems(x.scalar_type()) == 0;
+  FwdChoice c{KernelKind::kFwdGeneric};
+  auto tensor_cores = [&](bool use_wgmma) {
+    c.kind = use_wgmma ? KernelKind::kFwdWgmma : KernelKind::kFwdMma;
+    c.copy_x = !x_ok;
+    // 128 output channels per block when the channel count and the grid are large
+    // enough; the 3xTF32 split always uses 64 (register budget).
+    const int64_t blocks128 = ceil_div(p.cout_g, 128) * p.groups * ceil_div(p.L, 256) * p.B;
+    c.bn = (use_wgmma && p.precision != Precision::kTF32x3 && p.cout_g > 64 && blocks128 >= sm_count()) ? 128 : 64;
+  };
+  switch (forced) {
+    case KernelChoice::kGeneric: return c;
+    case KernelChoice::kDepthwise:
+      TORCH_CHECK(p.cin_g == 1, "causalconv: the depthwise kernel needs one input channel per group");
+      c.kind = KernelKind::kFwdDepthwise;
+      return c;
+    case KernelChoice::kWgmma:
+    case KernelChoice::kMma: {
+      const bool use_wgmma = forced == KernelChoice::kWgmma;
+      TORCH_CHECK(!use_wgmma || wgmma, "causalconv: wgmma needs an sm_90 GPU and an sm_90a build");
+      TORCH_CHECK(tc_arch, "causalconv: tensor cores need compute capability 8.0 or newer");
+      TORCH_CHECK(x_ok || can_copy, "causalconv: tensor-core kernels need L to be a multiple of ",
+                  vec_elems(x.scalar_type()));
+      tensor_cores(use_wgmma);
+      return c;
+    }
+    case KernelChoice::kAuto: break;
+  }
+  if (p.cin_g == 1) {
+    c.kind = KernelKind::kFwdDepthwise;
+  } else if (tc_arch && (x_ok || can_copy) && p.cin_g >= 16 && p.cout_g >= 16) {
+    // Narrow groups would fill the 32/64-channel chunks mostly with zeros.
+    tensor_cores(wgmma);
+  }
+  return c;
+}
+
+void check_common(const at::Tensor& x, const at::Tensor& w, int64_t dilation, int64_t groups) {
+  TORCH_CHECK(x.is_cuda() && w.is_cuda(), "causalconv: CUDA tensors expected");
+  TORCH_CHECK(x.dim() == 3, "causalconv: x must be (B, C, L), got ", x.sizes());
+  TORCH_CHECK(w.dim() == 3, "causalconv: weight must be (C_out, C_in/groups, K), got ", w.sizes());
+  TORCH_CHECK(x.scalar_type() == w.scalar_type(), "causalconv: x and weight dtypes differ: ", x.scalar_type(), " vs ",
+              w.scalar_type());
+  TORCH_CHECK(x.get_device() == w.get_device(), "causalconv: x and weight are on different devices");
+  TORCH_CHECK(dilation >= 1 && groups >= 1, "causalconv: dilation and groups must be >= 1");
+  TORCH_CHECK(x.size(1) == w.size(1) * groups, "causalconv: x has ", x.size(1), " channels, weight expects ",
+              w.size(1) * groups);
+  TORCH_CHECK(w.size(0) % groups == 0, "causalconv: C_out ", w.size(0), " not divisible by groups ", groups);
+  TORCH_CHECK(w.size(2) >= 1, "causalconv: kernel size must be >= 1");
+  TORCH_CHECK((w.size(2) - 1) * dilation <= INT32_MAX / 2, "causalconv: (K-1)*dilation too large");
+  const auto t = x.scalar_type();
+  TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
+              "causalconv: CUDA kernels support float32, float16, bfloat16; got ", t);
+}
+
+// Forward-style launch: y[b, o, t] = bias + sum w[o, i, k] * x[b, i, t + k*dilation + shift].
+at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10::optional<at::Tensor>& bias,
+                       int64_t dilation, int64_t groups, int64_t shift, Precision prec, bool is_input_grad) {
+  at::Tensor x = x_in;
+  const at::Tensor w = w_in.contiguous();
+  const int64_t B = x.size(0), C_in = x.size(1), L = x.size(2), C_out = w.size(0), K = w.size(2);
+  at::Tensor y = at::empty({B, C_out, L}, x.options());
+  if (y.numel() == 0) return y;
+  poison(y);
+
+  ConvParams p;
+  p.B = B;
+  p.C_in = C_in;
+  p.C_out = C_out;
+  p.L = L;
+  p.groups = static_cast<int>(groups);
+  p.cin_g = static_cast<int>(C_in / groups);
+  p.cout_g = static_cast<int>(C_out / groups);
+  p.K = static_cast<int>(K);
+  p.dilation = static_cast<int>(dilation);
+  p.shift = static_cast<int>(shift);
+  p.precision = prec;
+
+  const FwdChoice c = choose_forward(p, x, static_cast<KernelChoice>(g_forced.load()));
+  if (c.copy_x) x = x.contiguous();
+  p.x = x.data_ptr();
+  p.sx_b = x.stride(0);
+  p.sx_c = x.stride(1);
+  p.sx_t = x.stride(2);
+  p.w = w.data_ptr();
+  at::Tensor b_c;
+  if (bias.has_value() && bias->defined()) {
+    b_c = bias->contiguous();
+    p.bias = b_c.data_ptr();
+  }
+  p.y = y.data_ptr();
+  p.sy_b = y.stride(0);
+  p.sy_c = y.stride(1);
+
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const auto dtype = x.scalar_type();
+  switch (c.kind) {
+    case KernelKind::kFwdDepthwise: launch_fwd_depthwise(p, dtype, stream); break;
+    case KernelKind::kFwdWgmma: launch_fwd_tc(p, dtype, TcKernel::kWgmma, c.bn, stream); break;
+    case KernelKind::kFwdMma: launch_fwd_tc(p, dtype, TcKernel::kMmaSync, c.bn, stream); break;
+    default: launch_fwd_generic(p, dtype, stream); break;
+  }
+  count(c.kind);
+  if (is_input_grad) count(KernelKind::kInputGrad);
+  return y;
+}
+
+}  // namespace
+
+void set_forced_kernel(const std::string& name) {
+  KernelChoice k;
+  if (name == "auto") k = KernelChoice::kAuto;
+  else if (name == "generic") k = KernelChoice::kGeneric;
+  else if (name == "depthwise") k = KernelChoice::kDepthwise;
+  else if (name == "wgmma") k = KernelChoice::kWgmma;
+  else if (name == "mma") k = KernelChoice::kMma;
+  else TORCH_CHECK(false, "causalconv: kernel must be one of auto, generic, depthwise, wgmma, mma; got '", name, "'");
+  g_forced.store(static_cast<int>(k));
+}
+
+void set_poison_outputs(bool on) { g_poison.store(on); }
+
+std::vector<int64_t> launch_counts() {
+  std::vector<int64_t> v(kNumKernelKinds);
+  for (int i = 0; i < kNumKernelKinds; ++i) v[i] = g_counts[i].load();
+  return v;
+}
+
+bool has_wgmma() {
+  const c10::cuda::CUDAGuard guard(c10::cuda::current_device());
+  return sm_major() == 9 && built_for_sm90a();
+}
+
+at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                   int64_t dilation, int64_t groups, int64_t precision) {
+  check_common(x, weight, dilation, groups);
+  if (bias.has_value() && bias->defined()) {
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0), "causalconv: bias must be (C_out,), got ",
+                bias->sizes());
+    TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->get_device() == x.get_device(),
+                "causalconv: bias dtype/device must match x");
+  }
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t shift = -(weight.size(2) - 1) * dilation;
+  return run_forward(x, weight, bias, dilation, groups, shift, resolve(x.scalar_type(), precision), false);
+}
+
+at::Tensor input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t dilation, int64_t groups,
+                      int64_t precision) {
+  TORCH_CHECK(dy.dim() == 3 && dy.size(1) == weight.size(0), "causalconv: grad_output must be (B, C_out, L)");
+  const c10::cuda::CUDAGuard guard(dy.device());
+  // dx[b, i, t] = sum_{o, k} w[o, i, K-1-k] * dy[b, o, t + k*dilation]: the forward
+  // kernels on dy with per-group transposed, tap-reversed weights and no left shift.
+  const int64_t C_out = weight.size(0), cin_g = weight.size(1), K = weight.size(2), cout_g = C_out / groups;
+  const at::Tensor wt = weight.view({groups, cout_g, cin_g, K}).transpose(1, 2).flip({3}).reshape({groups * cin_g, cout_g, K});
+  check_common(dy, wt, dilation, groups);
+  return run_forward(dy, wt, c10::nullopt, dilation, groups, 0, resolve(dy.scalar_type(), precision), true);
+}
+
+at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t K, int64_t dilation, int64_t groups,
+                       int64_t precision) {
+  TORCH_CHECK(dy_in.is_cuda() && x_in.is_cuda() && dy_in.dim() == 3 && x_in.dim() == 3,
+              "causalconv: weight_grad needs CUDA (B, C, L) tensors");
+  TORCH_CHECK(dy_in.scalar_type() == x_in.scalar_type(), "causalconv: grad_output and x dtypes differ");
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  const at::Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
+  const int64_t B = x.size(0), C_in = x.size(1), L = x.size(2), C_out = dy.size(1);
+  const auto dtype = x.scalar_type();
+  at::Tensor dw = at::empty({C_out, C_in / groups, K}, x.options());
+  if (B == 0 || L == 0) return dw.zero_();
+
+  WgradParams p;
+  p.dy = dy.data_ptr();
+  p.x = x.data_ptr();
+  p.B = B;
+  p.L = L;
+  p.groups = static_cast<int>(groups);
+  p.cin_g = static_cast<int>(C_in / groups);
+  p.cout_g = static_cast<int>(C_out / groups);
+  p.K = static_cast<int>(K);
+  p.dilation = static_cast<int>(dilation);
+  p.shift = static_cast<int>(-(K - 1) * dilation);
+  p.precision = resolve(dtype, precision);
+
+  const auto forced = static_cast<KernelChoice>(g_forced.load());
+  const bool wgmma = sm_major() == 9 && built_for_sm90a();
+  bool tc = wgmma && wgrad_tc_supports(p) && L % vec_elems(dtype) == 0;
+  if (forced == KernelChoice::kGeneric) tc = false;
+  else if (forced == KernelChoice::kAuto) tc = tc && p.cin_g >= 16 && p.cout_g >= 16;
+  else if (forced == KernelChoice::kWgmma) TORCH_CHECK(tc, "causalconv: wgmma weight gradient not available here");
+
+  const int sms = sm_count();
+  p.splits = tc ? wgrad_tc_splits(p, dtype, sms) : wgrad_generic_splits(p, sms);
+  const int64_t n = dw.numel();
+  at::Tensor ws = at::empty({p.splits * n}, x.options().dtype(at::kFloat));
+  poison(ws);
+  poison(dw);
+  p.ws = ws.data_ptr<float>();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  if (tc) {
+    launch_wgrad_tc(p, dtype, sms, stream);
+    count(KernelKind::kWgradWgmma);
+  } else {
+    launch_wgrad_generic(p, dtype, sms, stream);
+    count(KernelKind::kWgradGeneric);
+  }
+  launch_wgrad_reduce(p.ws, dw.data_ptr(), n, p.splits, dtype, stream);
+  return dw;
+}
+
+}  // namespace causalconv

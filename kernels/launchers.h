@@ -1,0 +1,42 @@
+// Host-side entry points of each kernel family.  dispatch.cu is the only caller: it
+// checks arguments, picks the family and tile, and owns the output tensors.
+#pragma once
+#include <ATen/ATen.h>
+#include <cuda_runtime.h>
+
+#include "conv_params.h"
+
+namespace causalconv {
+
+enum class TcKernel : int { kWgmma = 0, kMmaSync = 1 };
+
+// CUDA-core kernels: every configuration (float32, float16, bfloat16).
+void launch_fwd_generic(const ConvParams& p, at::ScalarType dtype, cudaStream_t stream);
+// One input channel per group (depthwise, any channel multiplier).
+void launch_fwd_depthwise(const ConvParams& p, at::ScalarType dtype, cudaStream_t stream);
+// Tensor cores.  Needs x unit-stride along L with 16-byte aligned rows, L a multiple of
+// 16 bytes' worth of elements; bn in {64, 128} output channels per block.
+void launch_fwd_tc(const ConvParams& p, at::ScalarType dtype, TcKernel kind, int bn, cudaStream_t stream);
+
+// Weight gradient into a float32 workspace of `splits` partial sums laid out as
+// [splits][C_out][cin_g][K]; launch_wgrad_reduce then adds them in split order into dw.
+// The *_splits functions give the split count a launch will use, to size the workspace.
+struct WgradParams {
+  const void* dy = nullptr;  // (B, C_out, L) contiguous
+  const void* x = nullptr;   // (B, C_in, L) contiguous
+  float* ws = nullptr;       // workspace
+  int64_t B = 0, L = 0;
+  int groups = 1, cin_g = 0, cout_g = 0, K = 1, dilation = 1, shift = 0;
+  Precision precision = Precision::kNative;
+  int splits = 1;
+};
+int wgrad_generic_splits(const WgradParams& p, int sm_count);
+void launch_wgrad_generic(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
+// Tensor cores (sm_90a): K <= 8, (K-1)*dilation <= 64, TF32 or 16-bit, rows of x and dy
+// 16-byte aligned.
+bool wgrad_tc_supports(const WgradParams& p);
+int wgrad_tc_splits(const WgradParams& p, at::ScalarType dtype, int sm_count);
+void launch_wgrad_tc(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
+void launch_wgrad_reduce(const float* ws, void* dw, int64_t n, int splits, at::ScalarType dtype, cudaStream_t stream);
+
+}  // namespace causalconv

@@ -1,0 +1,118 @@
+// Pieces shared by the tensor-core kernels (forward and weight gradient): operand type
+// traits, the 128-byte swizzle, and A-fragment loads from staged x tiles.
+#pragma once
+#include <type_traits>
+
+#include "common.cuh"
+#include "ptx.cuh"
+#include "wgmma_ops.cuh"
+
+namespace causalconv {
+namespace tc {
+
+enum class Engine : int { kWgmma = 0, kMmaSync = 1 };
+
+template <typename T>
+struct Elem;
+template <>
+struct Elem<float> {
+  using Wg = wgmma::Tf32;
+  static constexpr int kKStep = 8;  // reduction depth of one MMA instruction
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  using Wg = wgmma::Bf16;
+  static constexpr int kKStep = 16;
+};
+template <>
+struct Elem<__half> {
+  using Wg = wgmma::F16;
+  static constexpr int kKStep = 16;
+};
+
+// Elements in one 128-byte swizzle row, and in one 16-byte chunk.
+template <typename T>
+constexpr int kRowElems = 128 / sizeof(T);
+template <typename T>
+constexpr int kChunkElems = 16 / sizeof(T);
+
+// 128-byte swizzle: in a tile of 128-byte rows whose 8-row atoms are 1024-byte aligned,
+// 16-byte chunk c of row r is stored at chunk position c ^ (r % 8).
+__host__ __device__ __forceinline__ int swizzle_chunk(int row, int chunk) { return chunk ^ (row & 7); }
+
+__device__ __forceinline__ uint32_t f32_bits(float v) { return __float_as_uint(v); }
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(T lo, T hi) {
+  const uint16_t l = *reinterpret_cast<const uint16_t*>(&lo);
+  const uint16_t h = *reinterpret_cast<const uint16_t*>(&hi);
+  return static_cast<uint32_t>(l) | (static_cast<uint32_t>(h) << 16);
+}
+
+// fp32 operand as the tensor cores should see it: TF32 with round-to-nearest-even, and
+// for the 3xTF32 split also the rounded remainder.
+template <bool kSplit>
+__device__ __forceinline__ void tf32_parts(float v, uint32_t& hi, uint32_t& lo) {
+  const float h = round_tf32(v);
+  hi = f32_bits(h);
+  if constexpr (kSplit) lo = f32_bits(round_tf32(v - h));
+}
+
+// A fragment (16 x kKStep, rows = M, columns = reduction) read from a staged tile whose
+// element (m, r) sits at base[m * m_stride + r * r_stride].  The register layout is the
+// one mma.m16n8k8 (tf32) / m16n8k16 (16-bit) and each warp's quarter of wgmma m64 use:
+// lane = 4 * g + c holds rows g and g + 8, reduction columns c, c + 4 (tf32) or the
+// pairs 2c, 2c + 1 and 2c + 8, 2c + 9 (16-bit, low half first).
+template <typename T, bool kSplit>
+struct AFrag {
+  uint32_t hi[4];
+  uint32_t lo[kSplit ? 4 : 1];
+
+  __device__ __forceinline__ void load(const T* base, int m_stride, int r_stride, int lane) {
+    const int g = lane >> 2, c = lane & 3;
+    if constexpr (std::is_same_v<T, float>) {
+      const T* p = base + g * m_stride + c * r_stride;
+      const float v[4] = {p[0], p[8 * m_stride], p[4 * r_stride], p[8 * m_stride + 4 * r_stride]};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) tf32_parts<kSplit>(v[i], hi[i], lo[kSplit ? i : 0]);
+    } else {
+      const T* p = base + g * m_stride + 2 * c * r_stride;
+      hi[0] = pack2(p[0], p[r_stride]);
+      hi[1] = pack2(p[8 * m_stride], p[8 * m_stride + r_stride]);
+      hi[2] = pack2(p[8 * r_stride], p[9 * r_stride]);
+      hi[3] = pack2(p[8 * m_stride + 8 * r_stride], p[8 * m_stride + 9 * r_stride]);
+    }
+  }
+};
+
+// One 16-byte async copy per loop step, spread over the block's threads.
+template <int kThreads>
+__device__ __forceinline__ void copy_chunks(uint32_t dst, const uint8_t* src, int nchunks) {
+  for (int i = threadIdx.x; i < nchunks; i += kThreads) ptx::cp_async_16(dst + 16 * i, src + 16 * i, 16);
+}
+
+// Set the dynamic shared-memory limit of a kernel to the device maximum, once per
+// device for each kernel instantiation that calls it.
+template <typename Tag, typename Kernel>
+void allow_max_smem(Kernel kernel) {
+  static int configured[64] = {0};
+  int dev = 0;
+  CAUSALCONV_CUDA_CHECK(cudaGetDevice(&dev));
+  TORCH_CHECK(dev < 64, "causalconv: device index ", dev, " out of range");
+  if (!configured[dev]) {
+    int optin = 0;
+    CAUSALCONV_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CAUSALCONV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    configured[dev] = 1;
+  }
+}
+
+inline int max_smem_optin() {
+  int dev = 0, optin = 0;
+  CAUSALCONV_CUDA_CHECK(cudaGetDevice(&dev));
+  CAUSALCONV_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return optin;
+}
+
+}  // namespace tc
+}  // namespace causalconv

@@ -1,0 +1,152 @@
+// Weight gradient on CUDA cores, for every configuration:
+//   dw[o, i, k] = sum_{b, t} dy[b, o, t] * x[b, g*cin_g + i, t + k*dilation + shift].
+//
+// The reduction over (b, t) is split into contiguous ranges of (batch, 64-step chunk)
+// units; each block sums one range for a 32 x 32 tile of (o, i) and a group of taps into
+// its own slice of a float32 workspace, and wgrad_reduce.cu adds the slices in a fixed
+// order, so the result is bitwise reproducible (no atomics).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "common.cuh"
+#include "launchers.h"
+
+namespace causalconv {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kOB = 32;  // output channels per tile: warp w owns 4w .. 4w+3
+constexpr int kCB = 32;  // input channels per tile: lane l owns channel l
+constexpr int kTC = 64;  // time steps per unit
+constexpr int kMaxTaps = 8;
+constexpr int kMaxSpan = 192;
+
+struct Plan {
+  int kg, n_tg;      // taps per group, tap groups
+  int n_ot, n_ct;    // tiles over output and input channels (per conv group)
+  int xrow;          // floats per staged x row (odd: lanes read different rows)
+  int64_t n_tiles;
+  int64_t units, per_split;
+  int splits;
+};
+
+Plan make_plan(const WgradParams& p, int sm_count) {
+  Plan pl{};
+  pl.kg = std::max(1, std::min({p.K, kMaxTaps, 1 + kMaxSpan / p.dilation}));
+  pl.n_tg = static_cast<int>(ceil_div(p.K, pl.kg));
+  pl.n_ot = static_cast<int>(ceil_div(p.cout_g, kOB));
+  pl.n_ct = static_cast<int>(ceil_div(p.cin_g, kCB));
+  pl.xrow = (kTC + (pl.kg - 1) * p.dilation) | 1;
+  pl.n_tiles = static_cast<int64_t>(p.groups) * pl.n_ot * pl.n_ct * pl.n_tg;
+  pl.units = p.B * ceil_div(p.L, kTC);
+  const int64_t n_out = static_cast<int64_t>(p.groups) * p.cout_g * p.cin_g * p.K;
+  int64_t splits = std::max<int64_t>(1, ceil_div(4LL * sm_count, pl.n_tiles));
+  splits = std::min<int64_t>({splits, pl.units, std::max<int64_t>(1, (int64_t{1} << 26) / n_out)});
+  pl.per_split = ceil_div(pl.units, splits);
+  pl.splits = static_cast<int>(ceil_div(pl.units, pl.per_split));
+  return pl;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) wgrad_kernel(WgradParams p, Plan pl) {
+  __shared__ float dys[kOB][kTC];
+  extern __shared__ float xs[];  // [kCB][xrow]
+
+  int64_t bid = blockIdx.x;
+  int64_t tile = bid % pl.n_tiles;
+  const int split = static_cast<int>(bid / pl.n_tiles);
+  const int ot = static_cast<int>(tile % pl.n_ot);
+  tile /= pl.n_ot;
+  const int ct = static_cast<int>(tile % pl.n_ct);
+  tile /= pl.n_ct;
+  const int tg = static_cast<int>(tile % pl.n_tg);
+  const int g = static_cast<int>(tile / pl.n_tg);
+  const int k0 = tg * pl.kg, nt = min(pl.kg, p.K - k0);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool tf32 = p.precision == Precision::kTF32;
+  const int64_t C_out = static_cast<int64_t>(p.groups) * p.cout_g, C_in = static_cast<int64_t>(p.groups) * p.cin_g;
+  const int64_t n_tc = ceil_div(p.L, kTC);
+  const int width = kTC + (nt - 1) * p.dilation;
+
+  float acc[4][kMaxTaps];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int k = 0; k < kMaxTaps; ++k) acc[i][k] = 0.f;
+
+  const int64_t u_end = std::min<int64_t>(pl.units, (split + 1) * pl.per_split);
+  for (int64_t u = split * pl.per_split; u < u_end; ++u) {
+    const int64_t b = u / n_tc, t0 = (u % n_tc) * kTC;
+    const T* dy = static_cast<const T*>(p.dy) + (b * C_out + static_cast<int64_t>(g) * p.cout_g + ot * kOB) * p.L;
+    const T* x = static_cast<const T*>(p.x) + (b * C_in + static_cast<int64_t>(g) * p.cin_g + ct * kCB) * p.L;
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kOB * kTC; idx += kThreads) {
+      const int o = idx / kTC, tt = idx % kTC;
+      const int64_t t = t0 + tt;
+      const bool ok = ot * kOB + o < p.cout_g && t < p.L;
+      dys[o][tt] = ok ? operand(to_float(dy[o * p.L + t]), tf32) : 0.f;
+    }
+    const int64_t xs0 = t0 + static_cast<int64_t>(k0) * p.dilation + p.shift;
+    for (int idx = threadIdx.x; idx < kCB * width; idx += kThreads) {
+      const int ci = idx / width, j = idx - ci * width;
+      const int64_t t = xs0 + j;
+      const bool ok = ct * kCB + ci < p.cin_g && t >= 0 && t < p.L;
+      xs[ci * pl.xrow + j] = ok ? operand(to_float(x[ci * p.L + t]), tf32) : 0.f;
+    }
+    __syncthreads();
+    const float* xr = xs + lane * pl.xrow;
+    for (int tt = 0; tt < kTC; ++tt) {
+      float dv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dv[i] = dys[warp * 4 + i][tt];
+#pragma unroll
+      for (int k = 0; k < kMaxTaps; ++k) {
+        if (k < nt) {
+          const float xv = xr[tt + k * p.dilation];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[i][k] = fmaf(dv[i], xv, acc[i][k]);
+        }
+      }
+    }
+  }
+
+  const int c = ct * kCB + lane;
+  if (c >= p.cin_g) return;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int o = ot * kOB + warp * 4 + i;
+    if (o >= p.cout_g) continue;
+    float* out = p.ws + ((static_cast<int64_t>(split) * C_out + static_cast<int64_t>(g) * p.cout_g + o) * p.cin_g + c) * p.K;
+#pragma unroll
+    for (int k = 0; k < kMaxTaps; ++k)
+      if (k < nt) out[k0 + k] = acc[i][k];
+  }
+}
+
+template <typename T>
+void launch_typed(const WgradParams& p, const Plan& pl, cudaStream_t stream) {
+  const int64_t blocks = pl.n_tiles * pl.splits;
+  TORCH_CHECK(blocks <= INT32_MAX, "causalconv: weight-gradient problem too large for one launch");
+  const size_t smem = sizeof(float) * kCB * pl.xrow;
+  wgrad_kernel<T><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p, pl);
+  CAUSALCONV_CHECK_LAUNCH("conv_wgrad_generic");
+}
+
+}  // namespace
+
+int wgrad_generic_splits(const WgradParams& p, int sm_count) { return make_plan(p, sm_count).splits; }
+
+void launch_wgrad_generic(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream) {
+  const Plan pl = make_plan(p, sm_count);
+  TORCH_CHECK(p.splits == pl.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ", pl.splits);
+  switch (dtype) {
+    case at::kFloat: return launch_typed<float>(p, pl, stream);
+    case at::kHalf: return launch_typed<__half>(p, pl, stream);
+    case at::kBFloat16: return launch_typed<__nv_bfloat16>(p, pl, stream);
+    default: TORCH_CHECK(false, "causalconv: weight gradient supports float32, float16, bfloat16; got ", dtype);
+  }
+}
+
+}  // namespace causalconv

@@ -1,0 +1,40 @@
+"""Small grid through every kernel family, for compute-sanitizer (memcheck, racecheck):
+
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 \
+        python scripts/sanitize.py
+
+Shapes are small (the sanitizer slows kernels 10-100x) but cover partial tiles, halos
+larger than a tile, groups, depthwise, both fp32 modes and a 16-bit type."""
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from causalconv import _build, causal_conv1d  # noqa: E402
+
+ext = _build.load()
+kernels = ["generic", "mma"] + (["wgmma"] if ext.has_wgmma() else [])
+cases = [  # B, C_in, C_out, groups, K, dilation, L
+    (2, 96, 160, 1, 4, 1, 264),
+    (1, 64, 32, 2, 5, 3, 40),
+    (1, 40, 72, 1, 7, 40, 8),
+    (2, 8, 16, 8, 3, 2, 1030),
+]
+n = 0
+for kernel in kernels:
+    ext.set_forced_kernel(kernel)
+    for b, c_in, c_out, groups, k, d, length in cases:
+        if kernel != "generic" and length % 8:
+            continue
+        for dtype, precision in ((torch.float32, "tf32"), (torch.float32, "ieee"), (torch.bfloat16, "auto")):
+            x = torch.randn(b, c_in, length, device="cuda", dtype=dtype, requires_grad=True)
+            w = torch.randn(c_out, c_in // groups, k, device="cuda", dtype=dtype, requires_grad=True)
+            bias = torch.randn(c_out, device="cuda", dtype=dtype, requires_grad=True)
+            y = causal_conv1d(x, w, bias, d, groups, precision)
+            y.backward(torch.randn_like(y))
+            torch.cuda.synchronize()
+            n += 1
+ext.set_forced_kernel("auto")
+print(f"sanitize: {n} forward+backward runs over kernels {kernels}; launch counts {list(ext.launch_counts())}")

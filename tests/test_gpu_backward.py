@@ -1,0 +1,164 @@
+"""CUDA backward: input and weight gradients against the float64 oracle, determinism, only the
+needed kernels, autograd checks and compile on the GPU."""
+
+import pytest
+import torch
+
+from causalconv import CausalConv1d, ModelNew, causal_conv1d, causal_conv1d_reference
+from helpers import assert_close, count_launches, ext, forced_kernel, make_x, oracle_operands, poisoned_outputs
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+DTYPE_PRECISIONS = [(torch.float32, "tf32"), (torch.float32, "ieee"), (torch.float16, "auto"),
+                    (torch.bfloat16, "auto")]
+
+
+def _grads(x, w, b, gy, dilation, groups, precision):
+    x = x.detach().requires_grad_(True)
+    w = w.detach().requires_grad_(True)
+    b = None if b is None else b.detach().requires_grad_(True)
+    with poisoned_outputs():
+        y = causal_conv1d(x, w, b, dilation, groups, precision)
+        grads = torch.autograd.grad(y, [x, w] + ([b] if b is not None else []), gy)
+    return grads
+
+
+def _exact_grads(x, w, b, gy, dilation, groups, precision):
+    xs, ws, gys = oracle_operands(x.dtype, precision, x, w, gy)
+    xs.requires_grad_(True)
+    ws.requires_grad_(True)
+    b64 = None if b is None else b.double().requires_grad_(True)
+    y = causal_conv1d_reference(xs, ws, b64, dilation, groups)
+    return torch.autograd.grad(y, [xs, ws] + ([b64] if b64 is not None else []), gys)
+
+
+def _check(c_in, c_out, groups, k, dilation, length, dtype, precision, bias, layout, seed, label):
+    x = make_x((2, c_in, length), dtype, DEV, layout, seed)
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(c_out, c_in // groups, k, generator=g) / (c_in // groups * k) ** 0.5).to(DEV, dtype)
+    b = torch.randn(c_out, generator=g).to(DEV, dtype) if bias else None
+    gy = torch.randn(2, c_out, length, generator=g).to(DEV, dtype)
+    got = _grads(x, w, b, gy, dilation, groups, precision)
+    exact = _exact_grads(x, w, b, gy, dilation, groups, precision)
+    for name, a, e in zip(("dx", "dw", "db"), got, exact):
+        quantity = "out" if name == "db" else name
+        if name == "db":  # a plain sum of dy, reduced by torch in the input dtype
+            e = gy.double().sum((0, 2))
+            tol = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 2e-2}[dtype]
+            torch.testing.assert_close(a.double(), e, atol=tol * length, rtol=tol)
+            continue
+        assert_close(a, e, dtype, precision, quantity, label=label)
+
+
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 7, 16])
+@pytest.mark.parametrize("kernel", ["generic", "auto"])
+def test_gradients_grid(dtype, precision, k, kernel):
+    seed = 0
+    with forced_kernel(kernel):
+        for c_in, c_out, groups in ((8, 16, 1), (8, 16, 4), (8, 16, 8), (96, 160, 1), (64, 128, 2)):
+            if kernel == "generic" and groups == c_in:
+                continue  # depthwise forward has its own kernel; generic is forced dense
+            for dilation in (1, 2, 5):
+                for length in (1, 7, 129, 1000):
+                    for layout in ("contiguous", "transposed"):
+                        seed += 1
+                        _check(c_in, c_out, groups, k, dilation, length, dtype, precision, seed % 2 == 0, layout,
+                               seed, f"{kernel} {c_in}->{c_out} g={groups} K={k} d={dilation} L={length} {layout}")
+
+
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("k,dilation", [(1, 1), (2, 1), (3, 2), (4, 1), (4, 5), (5, 3), (7, 4), (8, 9)])
+def test_tensor_core_weight_gradient(dtype, precision, k, dilation):
+    if not ext().has_wgmma():
+        pytest.skip("wgmma needs an sm_90 GPU")
+    with forced_kernel("wgmma"):
+        for c_in, c_out, groups, length in ((96, 160, 1, 1000), (256, 256, 1, 4096), (192, 64, 2, 8), (257, 33, 1, 64)):
+            _check(c_in, c_out, groups, k, dilation, length, dtype, precision, True, "contiguous", k * 100 + length,
+                   f"wgmma {c_in}->{c_out} g={groups} K={k} d={dilation} L={length}")
+
+
+@pytest.mark.parametrize("kernel", ["auto", "generic"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_weight_gradient_is_deterministic(kernel, dtype):
+    torch.manual_seed(0)
+    x = torch.randn(8, 256, 2048, device=DEV, dtype=dtype)
+    w = torch.randn(256, 256, 4, device=DEV, dtype=dtype, requires_grad=True)
+    gy = torch.randn(8, 256, 2048, device=DEV, dtype=dtype)
+    with forced_kernel(kernel):
+        runs = [torch.autograd.grad(causal_conv1d(x, w), [w], gy)[0] for _ in range(3)]
+    for r in runs[1:]:
+        assert torch.equal(r, runs[0]), "weight gradient differs between identical runs"
+
+
+def test_only_needed_kernels_launch():
+    m = CausalConv1d(64, 64, 4).to(DEV)
+    x = torch.randn(2, 64, 512, device=DEV)
+    m.weight.requires_grad_(False)
+    xg = x.clone().requires_grad_(True)
+    y = m(xg)
+    with count_launches() as n:
+        y.sum().backward()
+    assert n["input_grad"] == 1 and n["wgrad_generic"] + n["wgrad_wgmma"] == 0, n
+    m.weight.requires_grad_(True)
+    y = m(x)  # x does not require grad
+    with count_launches() as n:
+        y.sum().backward()
+    assert n["input_grad"] == 0 and n["wgrad_generic"] + n["wgrad_wgmma"] == 1, n
+    assert m.weight.grad is not None and m.bias.grad is not None
+
+
+def test_gradcheck_on_cuda():
+    torch.manual_seed(0)
+    # float64 runs PyTorch's conv on CUDA; the kernels are checked in fp32 at full
+    # accuracy ('ieee'), where finite differences of a bilinear op are accurate to ~1e-5.
+    x = torch.randn(2, 6, 17, device=DEV, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 3, 3, device=DEV, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: causal_conv1d(x, w, None, 2, 2), (x, w))
+    x32 = x.detach().float().requires_grad_(True)
+    w32 = w.detach().float().requires_grad_(True)
+    for kernel in ("generic", "auto"):
+        with forced_kernel(kernel):
+            assert torch.autograd.gradcheck(lambda x, w: causal_conv1d(x, w, None, 2, 2, "ieee"), (x32, w32),
+                                            eps=1e-2, atol=2e-3, rtol=2e-3)
+
+
+def test_double_backward_on_cuda():
+    torch.manual_seed(1)
+    x = torch.randn(2, 32, 64, device=DEV, requires_grad=True)
+    w = torch.randn(32, 32, 3, device=DEV, requires_grad=True)
+
+    def second_order(fn):
+        (gx,) = torch.autograd.grad(fn(x, w).square().sum(), [x], create_graph=True)
+        (gw,) = torch.autograd.grad(gx.square().sum(), [w])
+        return gw
+
+    ours = second_order(lambda x, w: causal_conv1d(x, w, None, 2, 1, "ieee"))
+    exact = second_order(lambda x, w: causal_conv1d_reference(x.double(), w.double(), None, 2, 1))
+    assert_close(ours, exact.double(), torch.float32, "ieee", "dw", label="d(|dx|^2)/dw")
+
+
+def test_opcheck_on_cuda():
+    x = torch.randn(2, 32, 64, device=DEV, requires_grad=True)
+    w = torch.randn(48, 16, 3, device=DEV, requires_grad=True)
+    b = torch.randn(48, device=DEV, requires_grad=True)
+    torch.library.opcheck(torch.ops.causalconv.conv_fwd.default, (x, w, b, 2, 2, "auto"))
+    gy = torch.randn(2, 48, 64, device=DEV)
+    torch.library.opcheck(torch.ops.causalconv.conv_input_grad.default, (gy, w, 2, 2, "auto"))
+    torch.library.opcheck(torch.ops.causalconv.conv_weight_grad.default, (gy, x, 3, 2, 2, "auto"))
+
+
+def test_compiled_training_step_on_gpu():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(ModelNew(64, 64, 4, 1, True), torch.nn.GELU(), ModelNew(64, 64, 3, 2)).to(DEV)
+    x = torch.randn(4, 64, 1024, device=DEV)
+
+    def loss_fn(x):
+        return m(x).square().mean()
+
+    torch.compile(loss_fn, fullgraph=True)(x).backward()
+    compiled = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    loss_fn(x).backward()
+    for a, p in zip(compiled, m.parameters()):
+        torch.testing.assert_close(a, p.grad, atol=1e-5, rtol=1e-4)

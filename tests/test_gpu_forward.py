@@ -1,0 +1,211 @@
+"""CUDA forward kernels against the float64 oracle, every configuration the API accepts.
+
+Outputs are poisoned with NaN before each launch; inputs are fresh random draws; max and
+mean errors are printed before asserting (pytest -s shows them)."""
+
+import random
+
+import pytest
+import torch
+
+from causalconv import ModelNew, Model, causal_conv1d, causal_conv1d_reference, _precision
+from helpers import (HARNESS_TOL, assert_close, count_launches, exact_forward, ext, forced_kernel, make_x,
+                     poisoned_outputs)
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+DTYPE_PRECISIONS = [(torch.float32, "tf32"), (torch.float32, "ieee"), (torch.float16, "auto"),
+                    (torch.bfloat16, "auto")]
+KS = [1, 2, 3, 4, 5, 7, 16]
+DILATIONS = [1, 2, 5]
+LENGTHS = [1, 2, 3, 7, 129, 1000, 8192]
+LAYOUTS = ["contiguous", "channel_slice", "transposed"]
+
+
+def _weights(c_out, cin_g, k, dtype, bias, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(c_out, cin_g, k, generator=g) / (cin_g * k) ** 0.5).to(DEV, dtype)
+    b = torch.randn(c_out, generator=g).to(DEV, dtype) if bias else None
+    return w, b
+
+
+def _check(x, w, b, dilation, groups, precision, label):
+    with poisoned_outputs():
+        y = causal_conv1d(x, w, b, dilation, groups, precision)
+    assert_close(y, exact_forward(x, w, b, dilation, groups, precision), x.dtype, precision, label=label)
+
+
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("groups", [1, 4, 8])
+def test_cuda_core_kernels_grid(dtype, precision, k, groups):
+    """8 -> 16 channels: groups 1 and 4 run the generic kernel, groups 8 the depthwise one."""
+    seed = 0
+    for dilation in DILATIONS:
+        for bias in (False, True):
+            for length in LENGTHS:
+                for layout in LAYOUTS:
+                    seed += 1
+                    x = make_x((2, 8, length), dtype, DEV, layout, seed)
+                    w, b = _weights(16, 8 // groups, k, dtype, bias, seed)
+                    _check(x, w, b, dilation, groups, precision,
+                           f"K={k} d={dilation} g={groups} bias={bias} L={length} {layout}")
+
+
+def _tc_kernels():
+    names = ["mma"]
+    if torch.cuda.is_available() and ext().has_wgmma():
+        names.insert(0, "wgmma")
+    return names
+
+
+@pytest.mark.parametrize("kernel", ["wgmma", "mma"])
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("groups", [1, 2])
+def test_tensor_core_kernels_grid(kernel, dtype, precision, k, groups):
+    """96 -> 160 channels per group: partial input-channel chunks and output tiles."""
+    if kernel not in _tc_kernels():
+        pytest.skip("wgmma needs an sm_90 GPU")
+    seed = 1000
+    with forced_kernel(kernel):
+        for dilation in DILATIONS:
+            for bias in (False, True):
+                for length in (8, 64, 1000, 8192):
+                    for layout in LAYOUTS:
+                        seed += 1
+                        x = make_x((2, 96 * groups, length), dtype, DEV, layout, seed)
+                        w, b = _weights(160 * groups, 96, k, dtype, bias, seed)
+                        _check(x, w, b, dilation, groups, precision,
+                               f"{kernel} K={k} d={dilation} g={groups} bias={bias} L={length} {layout}")
+
+
+@pytest.mark.parametrize("c_in,c_out,groups", [(3, 5, 1), (96, 160, 1), (257, 257, 1), (16, 16, 1), (64, 64, 64),
+                                               (256, 512, 2), (48, 48, 16)])
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+def test_automatic_dispatch_odd_channels(c_in, c_out, groups, dtype, precision):
+    for length, k, dilation in ((1, 4, 1), (1000, 4, 1), (8192, 3, 2), (777, 5, 3)):
+        x = make_x((3, c_in, length), dtype, DEV, "contiguous", length)
+        w, b = _weights(c_out, c_in // groups, k, dtype, True, length)
+        _check(x, w, b, dilation, groups, precision, f"{c_in}->{c_out} g={groups} L={length} K={k} d={dilation}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("tf32", [True, False])
+def test_harness_protocol(dtype, tf32):
+    """KernelBench-style: seeded construction on the CPU, .to(device, dtype), 5 seeded trials
+    with B and L jittered by up to 15%, allclose at 1e-4 (fp32) / 1e-2 (half types)."""
+    if dtype != torch.float32 and not tf32:
+        pytest.skip("the TF32 switch only matters for fp32")
+    tol = HARNESS_TOL[dtype]
+    rng = random.Random(1234)
+    with _precision.conv_tf32(tf32):
+        torch.manual_seed(42)
+        ref = Model(256, 256, 4, 1).to(DEV, dtype)
+        torch.manual_seed(42)
+        new = ModelNew(256, 256, 4, 1).to(DEV, dtype)
+        for trial in range(5):
+            b = max(1, round(32 * rng.uniform(0.85, 1.15)))
+            length = max(1, round(8192 * rng.uniform(0.85, 1.15)))
+            torch.manual_seed(trial)
+            x = torch.randn(b, 256, length, device=DEV, dtype=dtype)
+            with torch.no_grad(), poisoned_outputs():
+                y_ref, y_new = ref(x), new(x)
+            err = (y_ref.double() - y_new.double()).abs().max().item()
+            print(f"trial {trial} B={b} L={length}: max abs diff vs reference {err:.2e}")
+            assert y_new.shape == y_ref.shape and y_new.dtype == y_ref.dtype
+            assert torch.allclose(y_ref, y_new, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_fp32_precision_follows_torch_switch(tf32):
+    torch.manual_seed(3)
+    x = torch.randn(4, 256, 2048, device=DEV)
+    w = torch.randn(256, 256, 4, device=DEV) / 32
+    exact = causal_conv1d_reference(x.double(), w.double())
+    with _precision.conv_tf32(tf32):
+        assert _precision.conv_allows_tf32() == tf32
+        # what cuDNN does under this setting: TF32 errors are ~1e-4, IEEE ones ~1e-7
+        cudnn_err = ((causal_conv1d_reference(x, w).double() - exact).norm() / exact.norm()).item()
+        assert (cudnn_err > 1e-5) == tf32, f"cuDNN error {cudnn_err:.1e} contradicts the resolver"
+        with poisoned_outputs():
+            y = causal_conv1d(x, w)
+    assert_close(y, exact_forward(x, w, None, 1, 1, "tf32" if tf32 else "ieee"), torch.float32,
+                 "tf32" if tf32 else "ieee", label=f"auto under tf32={tf32}")
+
+
+@pytest.mark.parametrize("case", ["auto", "generic", "depthwise"])
+def test_tensors_over_2_31_elements(case):
+    length = (1 << 27) + 24  # 16 channels: 2^31 + 384 elements per tensor
+    torch.manual_seed(5)
+    x = torch.randn(1, 16, length, device=DEV, dtype=torch.float16)
+    groups = 16 if case == "depthwise" else 1
+    w, b = _weights(16, 16 // groups, 4, torch.float16, True, 9)
+    kernel = "auto" if case == "depthwise" else case
+    with forced_kernel(kernel), poisoned_outputs():
+        y = causal_conv1d(x, w, b, 2, groups)
+    pad = 6
+    for start in (0, length // 2 + 3, length - 1000):
+        lo = max(0, start - pad)
+        ref = causal_conv1d_reference(x[..., lo:start + 1000].double(), w.double(), b.double(), 2, groups)
+        assert_close(y[..., start:start + 1000], ref[..., start - lo:], torch.float16, "auto", label=f"t0={start}")
+    del x, y
+    torch.cuda.empty_cache()
+
+
+def test_automatic_choice_on_default_problem():
+    x = torch.randn(2, 256, 8192, device=DEV)
+    w = torch.randn(256, 256, 4, device=DEV)
+    with count_launches() as n:
+        causal_conv1d(x, w)
+    expected = "wgmma" if ext().has_wgmma() else "mma"
+    assert n[expected] == 1 and sum(n.values()) == 1, n
+
+
+def test_cuda_graph_capture_and_current_stream():
+    torch.manual_seed(0)
+    m = ModelNew(128, 128, 4, bias=True).to(DEV)
+    static_x = torch.randn(4, 128, 1024, device=DEV)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.no_grad():
+        for _ in range(2):
+            m(static_x)  # warm up (and build the weight image path) on a side stream
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g), torch.no_grad():
+        static_y = m(static_x)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        static_x.copy_(torch.randn_like(static_x))
+        g.replay()
+        torch.cuda.synchronize()
+        with torch.no_grad():
+            expected = m(static_x)
+        torch.testing.assert_close(static_y, expected, atol=0, rtol=0)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_runs_on_the_tensors_device():
+    x = torch.randn(2, 32, 512, device="cuda:1")
+    w = torch.randn(32, 32, 3, device="cuda:1")
+    with torch.cuda.device(0):
+        y = causal_conv1d(x, w)
+    assert y.device == x.device
+    torch.testing.assert_close(y.double(), exact_forward(x, w, None, 1, 1), atol=1e-2, rtol=1e-2)
+
+
+def test_compile_on_gpu():
+    m = ModelNew(64, 64, 4, 2, True).to(DEV)
+    compiled = torch.compile(m, fullgraph=True)
+    x = torch.randn(2, 64, 999, device=DEV)
+    torch.testing.assert_close(compiled(x), m(x), atol=0, rtol=0)
+
+
+def test_float64_on_cuda_uses_pytorch_path():
+    x = torch.randn(2, 8, 50, device=DEV, dtype=torch.float64)
+    w = torch.randn(8, 8, 3, device=DEV, dtype=torch.float64)
+    with count_launches() as n:
+        y = causal_conv1d(x, w)
+    assert sum(n.values()) == 0
+    assert_close(y, exact_forward(x, w, None, 1, 1), torch.float64, "auto")
