@@ -1,6 +1,11 @@
 """How fp32 convolutions are computed: 'tf32' (operands rounded to TF32, fp32 accumulation)
-or 'ieee' (full fp32 accuracy).  'auto' follows the switch PyTorch applies to cuDNN
-convolutions, read at call time so flipping it later takes effect."""
+or 'ieee' (full fp32 accuracy).
+
+'auto' reproduces what the reference (F.pad + nn.Conv1d through cuDNN) computes: TF32 when
+PyTorch allows it for cuDNN convolutions (read at call time, so flipping the switch later
+takes effect) *and* the shape is one cuDNN runs on tensor cores; cuDNN keeps exact fp32
+for the others (dilated or narrow convolutions), and so does causalconv.  The shape rule is
+checked against cuDNN itself by tests/test_gpu_forward.py."""
 
 from __future__ import annotations
 
@@ -29,21 +34,30 @@ def conv_allows_tf32() -> bool:
     return bool(cudnn.allow_tf32)
 
 
+def cudnn_uses_tensor_cores(dilation: int, cin_g: int, cout_g: int) -> bool:
+    """Whether cuDNN runs this convolution on tensor cores (so TF32, when allowed), as
+    observed with cuDNN 9 on Hopper: undilated convolutions with at least 16 channels per
+    group on both sides."""
+    return dilation == 1 and cin_g >= 16 and cout_g >= 16
+
+
 def check_precision(precision: str) -> None:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
 
 
-def resolve(precision: str) -> str:
-    """'tf32' or 'ieee' for an fp32 convolution run now."""
+def resolve(precision: str, dilation: int = 1, cin_g: int = 16, cout_g: int = 16) -> str:
+    """'tf32' or 'ieee' for an fp32 convolution of this shape run now."""
     check_precision(precision)
     if precision == "auto":
-        return "tf32" if conv_allows_tf32() else "ieee"
+        tf32 = conv_allows_tf32() and cudnn_uses_tensor_cores(dilation, cin_g, cout_g)
+        return "tf32" if tf32 else "ieee"
     return precision
 
 
-def code(precision: str) -> int:
-    return _CODES[resolve(precision)]
+def code(precision: str, dilation: int, cin_g: int, cout_g: int) -> int:
+    """The extension's precision code for a convolution with these per-group channels."""
+    return _CODES[resolve(precision, dilation, cin_g, cout_g)]
 
 
 def round_to_tf32(t: torch.Tensor) -> torch.Tensor:

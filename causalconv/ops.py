@@ -128,7 +128,8 @@ def _conv_fwd_ref(x, weight, bias, dilation, groups, precision):
 def _conv_fwd_cuda(x, weight, bias, dilation, groups, precision):
     if not _use_kernels(x):
         return _conv_fwd_ref(x, weight, bias, dilation, groups, precision)
-    return _build.load().forward(x, weight, bias, dilation, groups, _precision.code(precision))
+    prec = _precision.code(precision, dilation, weight.shape[1], weight.shape[0] // groups)
+    return _build.load().forward(x, weight, bias, dilation, groups, prec)
 
 
 @torch.library.impl(_lib, "conv_input_grad", "CompositeExplicitAutograd")
@@ -140,7 +141,8 @@ def _conv_input_grad_ref(grad_y, weight, dilation, groups, precision):
 def _conv_input_grad_cuda(grad_y, weight, dilation, groups, precision):
     if not _use_kernels(grad_y):
         return _ref_input_grad(grad_y, weight, dilation, groups, precision)
-    return _build.load().input_grad(grad_y, weight, dilation, groups, _precision.code(precision))
+    prec = _precision.code(precision, dilation, weight.shape[1], weight.shape[0] // groups)
+    return _build.load().input_grad(grad_y, weight, dilation, groups, prec)
 
 
 @torch.library.impl(_lib, "conv_weight_grad", "CompositeExplicitAutograd")
@@ -152,7 +154,8 @@ def _conv_weight_grad_ref(grad_y, x, kernel_size, dilation, groups, precision):
 def _conv_weight_grad_cuda(grad_y, x, kernel_size, dilation, groups, precision):
     if not _use_kernels(x):
         return _ref_weight_grad(grad_y, x, kernel_size, dilation, groups, precision)
-    return _build.load().weight_grad(grad_y, x, kernel_size, dilation, groups, _precision.code(precision))
+    prec = _precision.code(precision, dilation, x.shape[1] // groups, grad_y.shape[1] // groups)
+    return _build.load().weight_grad(grad_y, x, kernel_size, dilation, groups, prec)
 
 
 # ---------------------------------------------------------------------------------------

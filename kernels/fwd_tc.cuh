@@ -42,6 +42,9 @@ struct FwdTraits {
                 "fp32 runs as TF32 or 3xTF32; 16-bit types run natively");
 };
 
+template <typename T, Precision P, int BN, Engine E>
+struct KernelTag {};
+
 // Host-computed layout of one launch, passed by value.
 struct FwdPlan {
   const void* w_hi;
@@ -134,13 +137,37 @@ __device__ __forceinline__ void store_out(const ConvParams& p, int64_t b, int g,
 template <typename T, Precision P, int BN>
 struct WgmmaEngine {
   using Tr = FwdTraits<T, P, BN>;
+  // acc is what the tensor cores accumulate into.  With the 3xTF32 split each tap starts
+  // from zero and is added to tot with ordinary fp32 adds: the tensor cores' accumulation
+  // truncates, and over hundreds of chained MMAs that bias would exceed fp32 accuracy.
   float acc[2][BN / 2];
+  float tot[Tr::kSplit ? 2 : 1][Tr::kSplit ? BN / 2 : 1];
 
   __device__ __forceinline__ void zero() {
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
-      for (int j = 0; j < BN / 2; ++j) acc[m][j] = 0.f;
+      for (int j = 0; j < BN / 2; ++j) {
+        acc[m][j] = 0.f;
+        if constexpr (Tr::kSplit) tot[m][j] = 0.f;
+      }
+  }
+
+  __device__ __forceinline__ void flush() {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < BN / 2; ++j) {
+        if constexpr (Tr::kSplit) {
+          tot[m][j] += acc[m][j];
+          acc[m][j] = 0.f;
+        }
+      }
+  }
+
+  __device__ __forceinline__ float result(int m, int j) const {
+    if constexpr (Tr::kSplit) return tot[m][j];
+    else return acc[m][j];
   }
 
   using Frags = AFrag<T, Tr::kSplit>[Tr::kKSteps][2];
@@ -182,7 +209,16 @@ struct WgmmaEngine {
 #if CAUSALCONV_HAS_WGMMA
     const int wg = threadIdx.x >> 7, q = (threadIdx.x >> 5) & 3;
     const T* xw = xs + off + wg * 128 + q * 16;
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (Tr::kSplit) {
+      // One tap per accumulation chain, flushed into the fp32 totals.
+      Frags fa;
+#pragma unroll 1
+      for (int kl = 0; kl < nt; ++kl) {
+        issue_tap(fa, xw, row, kl, dilation, wbase, w_part_bytes);
+        ptx::wgmma_wait<0>();
+        flush();
+      }
+    } else if constexpr (std::is_same_v<T, float>) {
       // Two fragment sets: tap kl+1 is loaded while tap kl's MMAs run.  (ptxas keeps
       // this pipelined for fp32 operands; for 16-bit ones it serializes, hence the
       // simpler form below.)
@@ -196,6 +232,7 @@ struct WgmmaEngine {
           ptx::wgmma_wait<1>();
         }
       }
+      ptx::wgmma_wait<0>();
     } else {
       Frags fa;
 #pragma unroll 1
@@ -204,7 +241,6 @@ struct WgmmaEngine {
         ptx::wgmma_wait<0>();
       }
     }
-    ptx::wgmma_wait<0>();
 #endif
   }
 
@@ -216,7 +252,7 @@ struct WgmmaEngine {
       for (int j = 0; j < BN / 2; ++j) {
         const int t = wg * 128 + m * 64 + q * 16 + (lane >> 2) + ((j & 2) ? 8 : 0);
         const int o = (j >> 2) * 8 + 2 * (lane & 3) + (j & 1);
-        store_out<T>(p, b, g, t0 + t, o0 + o, acc[m][j]);
+        store_out<T>(p, b, g, t0 + t, o0 + o, result(m, j));
       }
   }
 };
@@ -229,6 +265,9 @@ struct MmaSyncEngine {
   static constexpr int kWN = BN / 2;
   static constexpr int kN8 = kWN / 8;
   float acc[4][kN8][4];
+  // As in the wgmma engine: with the 3xTF32 split each tap accumulates from zero and is
+  // added to fp32 totals.
+  float tot[Tr::kSplit ? 4 : 1][Tr::kSplit ? kN8 : 1][Tr::kSplit ? 4 : 1];
 
   __device__ __forceinline__ void zero() {
 #pragma unroll
@@ -236,7 +275,29 @@ struct MmaSyncEngine {
 #pragma unroll
       for (int n = 0; n < kN8; ++n)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc[m][n][r] = 0.f;
+        for (int r = 0; r < 4; ++r) {
+          acc[m][n][r] = 0.f;
+          if constexpr (Tr::kSplit) tot[m][n][r] = 0.f;
+        }
+  }
+
+  __device__ __forceinline__ void flush() {
+    if constexpr (Tr::kSplit) {
+#pragma unroll
+      for (int m = 0; m < 4; ++m)
+#pragma unroll
+        for (int n = 0; n < kN8; ++n)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            tot[m][n][r] += acc[m][n][r];
+            acc[m][n][r] = 0.f;
+          }
+    }
+  }
+
+  __device__ __forceinline__ float result(int m, int n, int r) const {
+    if constexpr (Tr::kSplit) return tot[m][n][r];
+    else return acc[m][n][r];
   }
 
   __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
@@ -281,6 +342,7 @@ struct MmaSyncEngine {
           for (int m = 0; m < 4; ++m) mma(acc[m][n], a[m].hi, bh);
         }
       }
+      flush();
     }
   }
 
@@ -295,7 +357,7 @@ struct MmaSyncEngine {
         for (int r = 0; r < 4; ++r) {
           const int t = wt * 64 + m * 16 + (lane >> 2) + ((r & 2) ? 8 : 0);
           const int o = wo * kWN + n * 8 + 2 * (lane & 3) + (r & 1);
-          store_out<T>(p, b, g, t0 + t, o0 + o, acc[m][n][r]);
+          store_out<T>(p, b, g, t0 + t, o0 + o, result(m, n, r));
         }
   }
 };
@@ -405,7 +467,7 @@ void launch(const ConvParams& p, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(plan.n_ot) * p.groups * ceil_div(p.L, Tr::kBM) * p.B;
   TORCH_CHECK(blocks <= INT32_MAX, "causalconv: problem too large for one tensor-core launch");
   auto kernel = fwd_kernel<T, P, BN, E>;
-  allow_max_smem<FwdTraits<T, P, BN>>(kernel);
+  allow_max_smem<KernelTag<T, P, BN, E>>(kernel);
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, smem, stream>>>(p, plan);
   CAUSALCONV_CHECK_LAUNCH("conv_fwd_tc");
 }

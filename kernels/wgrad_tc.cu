@@ -29,7 +29,7 @@ struct WgradTraits {
   static constexpr int kV = kChunkElems<T>;
   static constexpr int kKStep = Elem<T>::kKStep;
   static constexpr int kKSteps = kCT / kKStep;
-  static constexpr int kStages = 3;
+  static constexpr int kMaxStages = 6;  // pipeline depth, as many as shared memory holds
   static constexpr int kDyBytes = BNO * 128;
   static constexpr int kGroupTaps = 4;  // taps whose A fragments are live in one commit group
   static_assert(KT % kGroupTaps == 0, "tap capacity must be a multiple of the commit group");
@@ -39,6 +39,7 @@ struct WgradTraits {
 constexpr int kWgradMaxSpan = 64;  // largest (K-1)*dilation this kernel stages
 
 struct WgradPlan {
+  int stages;      // pipeline depth
   int n_it, n_ot;  // tiles over input / output channels (per group)
   int row;         // elements per staged x row
   int x_offset;    // bytes from a stage's start to its x tile
@@ -120,20 +121,19 @@ __global__ void __launch_bounds__(256, 1) wgrad_kernel(WgradParams p, WgradPlan 
 #pragma unroll
     for (int j = 0; j < BNO / 2; ++j) acc[k][j] = 0.f;
 
-#pragma unroll
-  for (int s = 0; s < Tr::kStages - 1; ++s) {
+  const int nst = pl.stages;
+  for (int s = 0; s < nst - 1; ++s) {
     if (s < S) load_unit<Tr, T, BNO>(p, pl, g, it, ot, u0 + s, base + s * pl.stage_bytes);
     ptx::cp_async_commit();
   }
   const int64_t n_tc = ceil_div(p.L, Tr::kCT);
   for (int s = 0; s < S; ++s) {
-    const int buf = s % Tr::kStages;
-    if (s + Tr::kStages - 1 < S) {
-      load_unit<Tr, T, BNO>(p, pl, g, it, ot, u0 + s + Tr::kStages - 1,
-                            base + ((s + Tr::kStages - 1) % Tr::kStages) * pl.stage_bytes);
+    const int buf = s % nst;
+    if (s + nst - 1 < S) {
+      load_unit<Tr, T, BNO>(p, pl, g, it, ot, u0 + s + nst - 1, base + ((s + nst - 1) % nst) * pl.stage_bytes);
     }
     ptx::cp_async_commit();
-    ptx::cp_async_wait<Tr::kStages - 1>();
+    ptx::cp_async_wait_dyn(nst - 1);
     if constexpr (std::is_same_v<T, float>) {
       if (p.precision == Precision::kTF32) round_dy_tf32<Tr, BNO>(base_ptr + buf * pl.stage_bytes);
     }
@@ -210,6 +210,7 @@ WgradPlan make_plan(const WgradParams& p, int sm_count) {
   pl.row = row;
   pl.x_offset = (Tr::kDyBytes + 1023) / 1024 * 1024;
   pl.stage_bytes = pl.x_offset + static_cast<int>((Tr::kBMI * row * sizeof(T) + 1023) / 1024 * 1024);
+  pl.stages = std::max(2, std::min(Tr::kMaxStages, (max_smem_optin() - 1024) / pl.stage_bytes));
   pl.n_tiles = static_cast<int64_t>(p.groups) * pl.n_it * pl.n_ot;
   pl.units = p.B * ceil_div(p.L, Tr::kCT);
   const int64_t n_out = static_cast<int64_t>(p.groups) * p.cout_g * p.cin_g * p.K;
@@ -223,13 +224,13 @@ WgradPlan make_plan(const WgradParams& p, int sm_count) {
 template <typename T, int KT, int BNO>
 void launch(const WgradParams& p, const WgradPlan& pl, cudaStream_t stream) {
   using Tr = WgradTraits<T, KT, BNO>;
-  const size_t smem = static_cast<size_t>(Tr::kStages) * pl.stage_bytes + 1024;
+  const size_t smem = static_cast<size_t>(pl.stages) * pl.stage_bytes + 1024;
   TORCH_CHECK(smem <= static_cast<size_t>(max_smem_optin()), "causalconv: weight-gradient tile needs ", smem,
               " bytes of shared memory");
   const int64_t blocks = pl.n_tiles * pl.splits;
   TORCH_CHECK(blocks <= INT32_MAX, "causalconv: weight-gradient problem too large for one launch");
   auto kernel = wgrad_kernel<T, KT, BNO>;
-  allow_max_smem<WgradTraits<T, KT, BNO>>(kernel);
+  allow_max_smem<WgradTraits<T, KT, BNO>>(kernel);  // one instantiation per traits type
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, smem, stream>>>(p, pl);
   CAUSALCONV_CHECK_LAUNCH("conv_wgrad_tc");
 }

@@ -13,14 +13,17 @@ PY=${PY:-python3}
 STEPS=${STEPS:-"env build tests sanitize bench"}
 declare -A status
 
+# Each step's output goes to its own log under $LOGS; at the end they are gathered into
+# $OUT/steps.log (the device tool returns only a few files), tests and ncu separately.
+LOGS=$(mktemp -d)
 run() {  # name, command...
   local name=$1; shift
   echo "=== $name: $*"
   local t0=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1
+  "$@" > "$LOGS/$name.log" 2>&1
   status[$name]=$?
   echo "=== $name: exit ${status[$name]} in $((SECONDS - t0)) s"
-  tail -n "${TAIL:-25}" "$OUT/$name.log"
+  tail -n "${TAIL:-25}" "$LOGS/$name.log"
 }
 
 for step in $STEPS; do
@@ -32,8 +35,24 @@ for step in $STEPS; do
     sanitize)
       run memcheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 $PY scripts/sanitize.py
       run racecheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool racecheck --error-exitcode 1 $PY scripts/sanitize.py ;;
+    profile)
+      for spec in "fwd float32 fwd_kernel" "fwd bfloat16 fwd_kernel" "bwd float32 wgrad_kernel"; do
+        set -- $spec
+        run "ncu_$1_$2" ncu --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
+          --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
+          --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
+          $PY scripts/profile_case.py "$1" "$2"
+      done ;;
     bench) run bench $PY -m causalconv bench --out "$OUT/h200.json" ${BENCH_ARGS:-} ;;
     *) echo "unknown step $step" ;;
+  esac
+done
+for f in "$LOGS"/*.log; do
+  name=$(basename "$f" .log)
+  case $name in
+    tests) cp "$f" "$OUT/tests.log" ;;
+    ncu_*) { echo "##### $name"; cat "$f"; } >> "$OUT/ncu.log" ;;
+    *) { echo "##### $name"; cat "$f"; } >> "$OUT/steps.log" ;;
   esac
 done
 echo "=== summary"

@@ -72,6 +72,8 @@ def test_gradients_grid(dtype, precision, k, kernel):
 def test_tensor_core_weight_gradient(dtype, precision, k, dilation):
     if not ext().has_wgmma():
         pytest.skip("wgmma needs an sm_90 GPU")
+    if precision == "ieee":
+        pytest.skip("full-accuracy fp32 weight gradients run on the CUDA-core kernel")
     with forced_kernel("wgmma"):
         for c_in, c_out, groups, length in ((96, 160, 1, 1000), (256, 256, 1, 4096), (192, 64, 2, 8), (257, 33, 1, 64)):
             _check(c_in, c_out, groups, k, dilation, length, dtype, precision, True, "contiguous", k * 100 + length,

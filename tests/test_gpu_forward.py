@@ -134,6 +134,33 @@ def test_fp32_precision_follows_torch_switch(tf32):
                  "tf32" if tf32 else "ieee", label=f"auto under tf32={tf32}")
 
 
+# (B, C_in, C_out, groups, K, dilation, L): the benchmark grid and a few narrower/dilated ones
+CUDNN_SHAPES = [(32, 256, 256, 1, 4, 1, 8192), (64, 320, 320, 1, 4, 1, 16384), (32, 256, 512, 1, 4, 1, 8192),
+                (8, 1024, 1024, 1, 4, 1, 4096), (4, 512, 512, 1, 3, 1, 2048), (16, 64, 64, 1, 2, 512, 16384),
+                (32, 128, 128, 1, 7, 4, 4096), (3, 96, 160, 1, 5, 3, 1000), (1, 256, 256, 1, 4, 1, 64),
+                (4, 3, 5, 1, 3, 2, 77), (8, 16, 16, 1, 4, 1, 4096), (8, 8, 8, 1, 4, 1, 4096), (8, 32, 32, 1, 3, 2, 4096),
+                (8, 256, 256, 1, 4, 2, 4096), (8, 256, 512, 2, 4, 1, 4096), (8, 64, 64, 64, 4, 1, 4096)]
+
+
+@pytest.mark.parametrize("shape", CUDNN_SHAPES, ids=str)
+def test_auto_precision_matches_cudnn(shape):
+    """'auto' must compute what the reference computes: TF32 exactly where cuDNN uses it."""
+    b, c_in, c_out, groups, k, dilation, length = shape
+    torch.manual_seed(0)
+    x = torch.randn(b, c_in, length, device=DEV)
+    w = torch.randn(c_out, c_in // groups, k, device=DEV) / (c_in // groups * k) ** 0.5
+    exact = causal_conv1d_reference(x.double(), w.double(), None, dilation, groups)
+    with _precision.conv_tf32(True), torch.no_grad():
+        err = ((causal_conv1d_reference(x, w, None, dilation, groups).double() - exact).norm() / exact.norm()).item()
+        ours = causal_conv1d(x, w, None, dilation, groups)
+    predicted = _precision.cudnn_uses_tensor_cores(dilation, c_in // groups, c_out // groups)
+    print(f"{shape}: cuDNN rel error {err:.2e} -> {'TF32' if err > 1e-5 else 'exact'}; rule says "
+          f"{'TF32' if predicted else 'exact'}")
+    assert (err > 1e-5) == predicted
+    ref = causal_conv1d_reference(x, w, None, dilation, groups)
+    assert torch.allclose(ours, ref, atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("case", ["auto", "generic", "depthwise"])
 def test_tensors_over_2_31_elements(case):
     length = (1 << 27) + 24  # 16 channels: 2^31 + 384 elements per tensor
