@@ -1,11 +1,15 @@
 """How fp32 convolutions are computed: 'tf32' (operands rounded to TF32, fp32 accumulation)
 or 'ieee' (full fp32 accuracy).
 
-'auto' reproduces what the reference (F.pad + nn.Conv1d through cuDNN) computes: TF32 when
-PyTorch allows it for cuDNN convolutions (read at call time, so flipping the switch later
-takes effect) *and* the shape is one cuDNN runs on tensor cores; cuDNN keeps exact fp32
-for the others (dilated or narrow convolutions), and so does causalconv.  The shape rule is
-checked against cuDNN itself by tests/test_gpu_forward.py."""
+'auto' reproduces what the reference (F.pad + nn.Conv1d through cuDNN) computes.  With TF32
+disallowed by PyTorch (read at call time, so flipping the switch later takes effect) that is
+exact fp32.  With TF32 allowed, cuDNN still computes some shapes in exact fp32 (its algorithm
+choice depends on the whole shape), so the first fp32 call of each shape asks cuDNN: it
+convolves an input of 1 + 2^-12, which TF32 rounds to 1, and the answer is cached.  While a
+CUDA graph is being captured, or when the probe tensor would be very large, a channel-count
+rule stands in for the probe."""
+
+import threading
 
 from __future__ import annotations
 
@@ -34,11 +38,38 @@ def conv_allows_tf32() -> bool:
     return bool(cudnn.allow_tf32)
 
 
-def cudnn_uses_tensor_cores(dilation: int, cin_g: int, cout_g: int) -> bool:
-    """Whether cuDNN runs this convolution on tensor cores (so TF32, when allowed), as
-    observed with cuDNN 9 on Hopper: undilated convolutions with at least 16 channels per
-    group on both sides."""
-    return dilation == 1 and cin_g >= 16 and cout_g >= 16
+_PROBE_MAX_ELEMENTS = 1 << 28
+_probe_lock = threading.Lock()
+_probe_cache: dict = {}
+
+
+def _channel_rule(cin_g: int, cout_g: int) -> bool:
+    return cin_g >= 16 and cout_g >= 16
+
+
+def cudnn_uses_tf32(x_shape, weight_shape, dilation: int, groups: int, device) -> bool:
+    """Whether cuDNN, with TF32 allowed, computes this fp32 causal convolution in TF32."""
+    b, c_in, length = x_shape
+    c_out, cin_g, k = weight_shape
+    cout_g = c_out // groups
+    if device.type != "cuda" or b * c_in * length > _PROBE_MAX_ELEMENTS or torch.cuda.is_current_stream_capturing():
+        return _channel_rule(cin_g, cout_g)
+    key = (device.index, tuple(x_shape), tuple(weight_shape), dilation, groups, torch.backends.cudnn.benchmark,
+           torch.backends.cudnn.deterministic)
+    with _probe_lock:
+        hit = _probe_cache.get(key)
+    if hit is not None:
+        return hit
+    pad = (k - 1) * dilation
+    with torch.no_grad():
+        x = torch.full((b, c_in, length), 1.0 + 2.0**-12, device=device)
+        w = torch.ones(weight_shape, device=device)
+        y = torch.nn.functional.conv1d(torch.nn.functional.pad(x, (pad, 0)), w, dilation=dilation, groups=groups)
+        full = float(cin_g * k)  # every tap inside the sequence at the last step
+        tf32 = bool((y[..., -1] - full).abs().max().item() < 0.5 * full * 2.0**-12)
+    with _probe_lock:
+        _probe_cache[key] = tf32
+    return tf32
 
 
 def check_precision(precision: str) -> None:
@@ -46,18 +77,20 @@ def check_precision(precision: str) -> None:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
 
 
-def resolve(precision: str, dilation: int = 1, cin_g: int = 16, cout_g: int = 16) -> str:
-    """'tf32' or 'ieee' for an fp32 convolution of this shape run now."""
+def resolve(precision: str, conv=None) -> str:
+    """'tf32' or 'ieee' for an fp32 convolution run now.  conv = (x_shape, weight_shape,
+    dilation, groups, device) lets 'auto' follow cuDNN for that shape; without it 'auto'
+    follows PyTorch's switch alone."""
     check_precision(precision)
     if precision == "auto":
-        tf32 = conv_allows_tf32() and cudnn_uses_tensor_cores(dilation, cin_g, cout_g)
+        tf32 = conv_allows_tf32() and (conv is None or cudnn_uses_tf32(*conv))
         return "tf32" if tf32 else "ieee"
     return precision
 
 
-def code(precision: str, dilation: int, cin_g: int, cout_g: int) -> int:
-    """The extension's precision code for a convolution with these per-group channels."""
-    return _CODES[resolve(precision, dilation, cin_g, cout_g)]
+def code(precision: str, conv) -> int:
+    """The extension's precision code for this convolution (see resolve)."""
+    return _CODES[resolve(precision, conv)]
 
 
 def round_to_tf32(t: torch.Tensor) -> torch.Tensor:

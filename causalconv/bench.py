@@ -106,9 +106,10 @@ def run_case(shape, dtype_name: str, direction: str, tf32: bool, ceilings: dict,
     ours = ModelNew(c_in, c_out, k, d).to(device, dtype)
     ours.load_state_dict(ref.state_dict())
     x = torch.randn(b, c_in, length, device=device, dtype=dtype)
-    precision = ("tf32" if tf32 else "ieee") if dtype == torch.float32 else "native"
-    row = Row(case or "", b, c_in, c_out, k, d, 1, length, dtype_name, precision, direction)
+    row = Row(case or "", b, c_in, c_out, k, d, 1, length, dtype_name, "native", direction)
     with _precision.conv_tf32(tf32):
+        if dtype == torch.float32:  # what 'auto' resolves to here (cuDNN's own choice)
+            row.precision = _precision.resolve("auto", (x.shape, ref.conv1d.weight.shape, d, 1, device))
         if direction == "fwd":
             with torch.no_grad():
                 fns = [lambda m=m: m(x) for m in (ref, ours)]
@@ -146,7 +147,7 @@ def run_case(shape, dtype_name: str, direction: str, tf32: bool, ceilings: dict,
     row.speedup = row.ref_ms / row.ours_ms
     row.tflops = flops(shape, direction) / row.ours_ms / 1e9
     if dtype == torch.float32:
-        ceiling = ceilings["tf32_tflops"] / (1 if tf32 else 3)
+        ceiling = ceilings["tf32_tflops"] / (1 if row.precision == "tf32" else 3)
     else:
         ceiling = ceilings["bf16_tflops"]
     row.ceiling_share = row.tflops / ceiling

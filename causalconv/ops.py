@@ -128,7 +128,7 @@ def _conv_fwd_ref(x, weight, bias, dilation, groups, precision):
 def _conv_fwd_cuda(x, weight, bias, dilation, groups, precision):
     if not _use_kernels(x):
         return _conv_fwd_ref(x, weight, bias, dilation, groups, precision)
-    prec = _precision.code(precision, dilation, weight.shape[1], weight.shape[0] // groups)
+    prec = _precision.code(precision, (x.shape, weight.shape, dilation, groups, x.device))
     return _build.load().forward(x, weight, bias, dilation, groups, prec)
 
 
@@ -141,7 +141,9 @@ def _conv_input_grad_ref(grad_y, weight, dilation, groups, precision):
 def _conv_input_grad_cuda(grad_y, weight, dilation, groups, precision):
     if not _use_kernels(grad_y):
         return _ref_input_grad(grad_y, weight, dilation, groups, precision)
-    prec = _precision.code(precision, dilation, weight.shape[1], weight.shape[0] // groups)
+    # the forward's shape decides, so a training step uses one precision throughout
+    x_shape = (grad_y.shape[0], weight.shape[1] * groups, grad_y.shape[2])
+    prec = _precision.code(precision, (x_shape, weight.shape, dilation, groups, grad_y.device))
     return _build.load().input_grad(grad_y, weight, dilation, groups, prec)
 
 
@@ -154,7 +156,8 @@ def _conv_weight_grad_ref(grad_y, x, kernel_size, dilation, groups, precision):
 def _conv_weight_grad_cuda(grad_y, x, kernel_size, dilation, groups, precision):
     if not _use_kernels(x):
         return _ref_weight_grad(grad_y, x, kernel_size, dilation, groups, precision)
-    prec = _precision.code(precision, dilation, x.shape[1] // groups, grad_y.shape[1] // groups)
+    w_shape = (grad_y.shape[1], x.shape[1] // groups, kernel_size)
+    prec = _precision.code(precision, (x.shape, w_shape, dilation, groups, x.device))
     return _build.load().weight_grad(grad_y, x, kernel_size, dilation, groups, prec)
 
 

@@ -61,11 +61,17 @@ constexpr c10::ScalarType scalar_type_of() {
 }
 
 // Round an fp32 value to TF32 (10 explicit mantissa bits) with round-to-nearest-even,
-// the rounding cuDNN applies to convolution operands when TF32 is allowed.  Done with
-// integer arithmetic so every kernel and architecture rounds bit-identically.  Inf
-// stays Inf; NaN becomes a quiet NaN whose payload survives the truncation the tensor
-// cores apply to the low 13 bits.
+// the rounding cuDNN applies to convolution operands when TF32 is allowed.  Before sm_90
+// there is no RNE conversion instruction, so integer arithmetic does it: Inf stays Inf,
+// NaN becomes a quiet NaN whose payload survives the truncation the tensor cores apply to
+// the low 13 bits.
 __device__ __forceinline__ float round_tf32(float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // One instruction (F2FP.TF32) on Hopper; the bit arithmetic below is the same rounding.
+  uint32_t r;
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return __uint_as_float(r);
+#endif
   uint32_t u = __float_as_uint(v);
   const bool special = (u & 0x7f800000u) == 0x7f800000u;
   const bool nan = special && (u & 0x007fffffu);

@@ -108,17 +108,21 @@ __device__ __forceinline__ void load_stage(const ConvParams& p, const FwdPlan& p
     copy_chunks<Tr::kThreads>(sbase + plan.w_part_bytes,
                               reinterpret_cast<const uint8_t*>(static_cast<const T*>(plan.w_lo) + w_elem), w_chunks);
   }
-  // x window, starting at a 16-byte boundary at or before the first column needed
+  // x window, starting at a 16-byte boundary at or before the first column needed; rows
+  // are spread over warps and 16-byte chunks over lanes (no per-chunk division)
   const int64_t a0 = floor_div(t0 + static_cast<int64_t>(k0) * p.dilation + p.shift, Tr::kV) * Tr::kV;
   const int nch = plan.row / Tr::kV;
   const int c0 = ic * Tr::kCI;
-  const uint32_t xdst = sbase + plan.x_offset;
-  for (int i = threadIdx.x; i < Tr::kCI * nch; i += Tr::kThreads) {
-    const int ci = i / nch, ch = i - ci * nch;
-    const int64_t t = a0 + static_cast<int64_t>(ch) * Tr::kV;
-    const bool ok = c0 + ci < p.cin_g && t >= 0 && t < p.L;
-    const T* src = ok ? x + static_cast<int64_t>(c0 + ci) * p.sx_c + t : x;
-    ptx::cp_async_16(xdst + static_cast<uint32_t>((ci * plan.row + ch * Tr::kV) * sizeof(T)), src, ok ? 16u : 0u);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int ci = warp; ci < Tr::kCI; ci += Tr::kThreads / 32) {
+    const bool c_ok = c0 + ci < p.cin_g;
+    const T* xrow = x + static_cast<int64_t>(c0 + ci) * p.sx_c;
+    const uint32_t drow = sbase + plan.x_offset + static_cast<uint32_t>(ci * plan.row * sizeof(T));
+    for (int ch = lane; ch < nch; ch += 32) {
+      const int64_t t = a0 + static_cast<int64_t>(ch) * Tr::kV;
+      const bool ok = c_ok && t >= 0 && t < p.L;
+      ptx::cp_async_16(drow + ch * 16, ok ? xrow + t : x, ok ? 16u : 0u);
+    }
   }
 }
 

@@ -51,8 +51,9 @@ struct WgradPlan {
 template <class Tr, typename T, int BNO>
 __device__ __forceinline__ void load_unit(const WgradParams& p, const WgradPlan& pl, int g, int it, int ot,
                                           int64_t u, uint32_t sbase) {
-  const int64_t n_tc = ceil_div(p.L, Tr::kCT);
-  const int64_t b = u / n_tc, t0 = (u % n_tc) * Tr::kCT;
+  const uint32_t n_tc = static_cast<uint32_t>(ceil_div(p.L, Tr::kCT));  // units fit 32 bits (host check)
+  const uint32_t uu = static_cast<uint32_t>(u);
+  const int64_t b = uu / n_tc, t0 = static_cast<int64_t>(uu % n_tc) * Tr::kCT;
   const int64_t C_out = static_cast<int64_t>(p.groups) * p.cout_g, C_in = static_cast<int64_t>(p.groups) * p.cin_g;
   // dy tile: row o holds dy[b, o, t0 .. t0 + CT); chunk c goes to its swizzled slot
   const T* dy = static_cast<const T*>(p.dy) + (b * C_out + static_cast<int64_t>(g) * p.cout_g) * p.L;
@@ -64,18 +65,21 @@ __device__ __forceinline__ void load_unit(const WgradParams& p, const WgradPlan&
     const T* src = ok ? dy + static_cast<int64_t>(og) * p.L + t : dy;
     ptx::cp_async_16(sbase + o * 128 + swizzle_chunk(o, c) * 16, src, ok ? 16u : 0u);
   }
-  // x tile: rows are input channels, columns the window starting at a 16-byte boundary
+  // x tile: rows are input channels, columns the window starting at a 16-byte boundary;
+  // rows spread over warps, chunks over lanes
   const T* x = static_cast<const T*>(p.x) + (b * C_in + static_cast<int64_t>(g) * p.cin_g) * p.L;
   const int64_t a0 = floor_div(t0 + p.shift, Tr::kV) * Tr::kV;
   const int nch = pl.row / Tr::kV;
-  for (int i = threadIdx.x; i < Tr::kBMI * nch; i += Tr::kThreads) {
-    const int r = i / nch, ch = i - r * nch;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int r = warp; r < Tr::kBMI; r += Tr::kThreads / 32) {
     const int ig = it * Tr::kBMI + r;
-    const int64_t t = a0 + static_cast<int64_t>(ch) * Tr::kV;
-    const bool ok = ig < p.cin_g && t >= 0 && t < p.L;
-    const T* src = ok ? x + static_cast<int64_t>(ig) * p.L + t : x;
-    ptx::cp_async_16(sbase + pl.x_offset + static_cast<uint32_t>((r * pl.row + ch * Tr::kV) * sizeof(T)), src,
-                     ok ? 16u : 0u);
+    const T* xrow = x + static_cast<int64_t>(ig) * p.L;
+    const uint32_t drow = sbase + pl.x_offset + static_cast<uint32_t>(r * pl.row * sizeof(T));
+    for (int ch = lane; ch < nch; ch += 32) {
+      const int64_t t = a0 + static_cast<int64_t>(ch) * Tr::kV;
+      const bool ok = ig < p.cin_g && t >= 0 && t < p.L;
+      ptx::cp_async_16(drow + ch * 16, ok ? xrow + t : x, ok ? 16u : 0u);
+    }
   }
 }
 
@@ -140,7 +144,7 @@ __global__ void __launch_bounds__(256, 1) wgrad_kernel(WgradParams p, WgradPlan 
     ptx::fence_proxy_async();
     __syncthreads();
 
-    const int64_t t0 = ((u0 + s) % n_tc) * Tr::kCT;
+    const int64_t t0 = static_cast<int64_t>(static_cast<uint32_t>(u0 + s) % static_cast<uint32_t>(n_tc)) * Tr::kCT;
     const int64_t ws0 = t0 + p.shift;
     const int off = static_cast<int>(ws0 - floor_div(ws0, Tr::kV) * Tr::kV);
     const T* xs = reinterpret_cast<const T*>(base_ptr + buf * pl.stage_bytes + pl.x_offset) +
@@ -228,7 +232,8 @@ void launch(const WgradParams& p, const WgradPlan& pl, cudaStream_t stream) {
   TORCH_CHECK(smem <= static_cast<size_t>(max_smem_optin()), "causalconv: weight-gradient tile needs ", smem,
               " bytes of shared memory");
   const int64_t blocks = pl.n_tiles * pl.splits;
-  TORCH_CHECK(blocks <= INT32_MAX, "causalconv: weight-gradient problem too large for one launch");
+  TORCH_CHECK(blocks <= INT32_MAX && pl.units <= INT32_MAX,
+              "causalconv: weight-gradient problem too large for one launch");
   auto kernel = wgrad_kernel<T, KT, BNO>;
   allow_max_smem<WgradTraits<T, KT, BNO>>(kernel);  // one instantiation per traits type
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, smem, stream>>>(p, pl);
