@@ -9,9 +9,9 @@ convolves an input of 1 + 2^-12, which TF32 rounds to 1, and the answer is cache
 CUDA graph is being captured, or when the probe tensor would be very large, a channel-count
 rule stands in for the probe."""
 
-import threading
-
 from __future__ import annotations
+
+import threading
 
 import torch
 
