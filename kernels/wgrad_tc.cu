@@ -218,7 +218,9 @@ WgradPlan make_plan(const WgradParams& p, int sm_count) {
   pl.n_tiles = static_cast<int64_t>(p.groups) * pl.n_it * pl.n_ot;
   pl.units = p.B * ceil_div(p.L, Tr::kCT);
   const int64_t n_out = static_cast<int64_t>(p.groups) * p.cout_g * p.cin_g * p.K;
-  int64_t splits = std::max<int64_t>(1, ceil_div(static_cast<int64_t>(sm_count), pl.n_tiles));
+  // One block per multiprocessor fits (shared memory), so exactly one wave: a second,
+  // nearly empty wave would double the time.
+  int64_t splits = std::max<int64_t>(1, sm_count / pl.n_tiles);
   splits = std::min<int64_t>({splits, pl.units, std::max<int64_t>(1, (int64_t{1} << 26) / n_out)});
   pl.per_split = ceil_div(pl.units, splits);
   pl.splits = static_cast<int>(ceil_div(pl.units, pl.per_split));
