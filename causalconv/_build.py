@@ -91,8 +91,10 @@ def load():
         name = f"causalconv_kernels_{tag}"
         verbose = _flag("CAUSALCONV_VERBOSE_BUILD")
         start = time.perf_counter()
+        # One status line, completed with the elapsed time (compiler output, when
+        # CAUSALCONV_VERBOSE_BUILD=1, starts on its own line).
         print(f"causalconv: loading CUDA kernels for {', '.join('sm_' + a.replace('.', '') for a in archs)} "
-              "(compiled on first use, then cached)...", file=sys.stderr, flush=True)
+              "(compiled on first use, then cached)...", end="\n" if verbose else "", file=sys.stderr, flush=True)
         try:
             # The -gencode flags name every target, so torch adds none of its own.
             _module = cpp_extension.load(
@@ -104,12 +106,13 @@ def load():
                 verbose=verbose,
             )
         except Exception as exc:  # noqa: BLE001 - any build failure is reported the same way
+            print(" failed", file=sys.stderr, flush=True)
             _error = (f"causalconv: building the CUDA kernels failed ({type(exc).__name__}: "
                       f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else 'no message'}). "
                       "Rerun with CAUSALCONV_VERBOSE_BUILD=1 to see the compiler output, or set "
                       "CAUSALCONV_DISABLE_CUDA=1 to use the PyTorch path.")
             raise RuntimeError(_error) from exc
-        print(f"causalconv: CUDA kernels ready in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+        print(f" ready in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
         return _module
 
 
