@@ -49,17 +49,15 @@ def _channel_rule(cin_g: int, cout_g: int) -> bool:
 
 def cudnn_uses_tf32(x_shape, weight_shape, dilation: int, groups: int, device) -> bool:
     """Whether cuDNN, with TF32 allowed, computes this fp32 causal convolution in TF32."""
-    b, c_in, length = x_shape
-    c_out, cin_g, k = weight_shape
-    cout_g = c_out // groups
-    if device.type != "cuda" or b * c_in * length > _PROBE_MAX_ELEMENTS or torch.cuda.is_current_stream_capturing():
-        return _channel_rule(cin_g, cout_g)
     key = (device.index, tuple(x_shape), tuple(weight_shape), dilation, groups, torch.backends.cudnn.benchmark,
            torch.backends.cudnn.deterministic)
-    with _probe_lock:
-        hit = _probe_cache.get(key)
+    hit = _probe_cache.get(key)  # a dict read is atomic: no lock on the per-call path
     if hit is not None:
         return hit
+    b, c_in, length = x_shape
+    c_out, cin_g, k = weight_shape
+    if device.type != "cuda" or b * c_in * length > _PROBE_MAX_ELEMENTS or torch.cuda.is_current_stream_capturing():
+        return _channel_rule(cin_g, c_out // groups)
     pad = (k - 1) * dilation
     with torch.no_grad():
         x = torch.full((b, c_in, length), 1.0 + 2.0**-12, device=device)
@@ -88,8 +86,11 @@ def resolve(precision: str, conv=None) -> str:
     return precision
 
 
-def code(precision: str, conv) -> int:
-    """The extension's precision code for this convolution (see resolve)."""
+def code(precision: str, dtype: torch.dtype, conv) -> int:
+    """The extension's precision code for this convolution (see resolve).  Only fp32 has a
+    choice: for the half types nothing is read or probed."""
+    if dtype != torch.float32:
+        return _CODES["tf32"]  # ignored by the kernels for 16-bit types
     return _CODES[resolve(precision, conv)]
 
 

@@ -128,7 +128,7 @@ def _conv_fwd_ref(x, weight, bias, dilation, groups, precision):
 def _conv_fwd_cuda(x, weight, bias, dilation, groups, precision):
     if not _use_kernels(x):
         return _conv_fwd_ref(x, weight, bias, dilation, groups, precision)
-    prec = _precision.code(precision, (x.shape, weight.shape, dilation, groups, x.device))
+    prec = _precision.code(precision, x.dtype, (x.shape, weight.shape, dilation, groups, x.device))
     return _build.load().forward(x, weight, bias, dilation, groups, prec)
 
 
@@ -143,7 +143,7 @@ def _conv_input_grad_cuda(grad_y, weight, dilation, groups, precision):
         return _ref_input_grad(grad_y, weight, dilation, groups, precision)
     # the forward's shape decides, so a training step uses one precision throughout
     x_shape = (grad_y.shape[0], weight.shape[1] * groups, grad_y.shape[2])
-    prec = _precision.code(precision, (x_shape, weight.shape, dilation, groups, grad_y.device))
+    prec = _precision.code(precision, grad_y.dtype, (x_shape, weight.shape, dilation, groups, grad_y.device))
     return _build.load().input_grad(grad_y, weight, dilation, groups, prec)
 
 
@@ -157,7 +157,7 @@ def _conv_weight_grad_cuda(grad_y, x, kernel_size, dilation, groups, precision):
     if not _use_kernels(x):
         return _ref_weight_grad(grad_y, x, kernel_size, dilation, groups, precision)
     w_shape = (grad_y.shape[1], x.shape[1] // groups, kernel_size)
-    prec = _precision.code(precision, (x.shape, w_shape, dilation, groups, x.device))
+    prec = _precision.code(precision, x.dtype, (x.shape, w_shape, dilation, groups, x.device))
     return _build.load().weight_grad(grad_y, x, kernel_size, dilation, groups, prec)
 
 
