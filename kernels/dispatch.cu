@@ -12,6 +12,7 @@
 #include "common.cuh"
 #include "dispatch.h"
 #include "launchers.h"
+#include "scratch.h"
 
 namespace causalconv {
 namespace {
@@ -278,11 +279,15 @@ at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t 
   const int sms = sm_count();
   p.splits = tc ? wgrad_tc_splits(p, dtype, sms) : wgrad_generic_splits(p, sms);
   const int64_t n = dw.numel();
-  at::Tensor ws = at::empty({p.splits * n}, x.options().dtype(at::kFloat));
-  poison(ws);
-  poison(dw);
-  p.ws = ws.data_ptr<float>();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  // Partial sums in this stream's scratch buffer, held until the reduction is enqueued.
+  ScratchLease scratch(static_cast<size_t>(p.splits * n) * sizeof(float), stream);
+  p.ws = static_cast<float*>(scratch.data());
+  if (g_poison.load()) {
+    at::Tensor ws = at::from_blob(p.ws, {p.splits * n}, x.options().dtype(at::kFloat));
+    poison(ws);
+  }
+  poison(dw);
   if (tc) {
     launch_wgrad_tc(p, dtype, sms, stream);
     count(KernelKind::kWgradWgmma);

@@ -1,5 +1,5 @@
 // __nv_bfloat16 instantiations of the tensor-core forward.
-#include "fwd_tc.cuh"
+#include "fwd_tiles.cuh"
 
 namespace causalconv {
 

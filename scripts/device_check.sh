@@ -29,6 +29,7 @@ run() {  # name, command...
 for step in $STEPS; do
   case $step in
     env) run env bash -c "nvidia-smi; $PY -c 'import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.get_device_name())'; nvcc --version | tail -2; $PY -m pytest --version" ;;
+    probe) run probe bash -c "nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I kernels scripts/probe_desc_row_shift.cu -o /tmp/probe && /tmp/probe" ;;
     build) run build $PY -c "from causalconv import _build; m = _build.load(); print('wgmma:', m.has_wgmma())" ;;
     verify) run verify $PY -m causalconv --json "$OUT/verify.json" ;;
     tests) run tests $PY -m pytest -q -rs ${PYTEST_ARGS:-tests} ;;

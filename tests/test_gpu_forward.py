@@ -219,6 +219,49 @@ def test_cuda_graph_capture_and_current_stream():
         torch.testing.assert_close(static_y, expected, atol=0, rtol=0)
 
 
+def test_graph_replay_is_independent_of_eager_calls():
+    """A captured graph owns its weight image: eager calls in between, whose images go to
+    the per-stream scratch buffer (and grow it), do not change what the replay computes."""
+    torch.manual_seed(1)
+    m = ModelNew(128, 128, 4).to(DEV)
+    other = ModelNew(512, 512, 3).to(DEV)
+    static_x = torch.randn(2, 128, 1024, device=DEV)
+    with torch.no_grad():
+        expected = m(static_x)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            m(static_x)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_y = m(static_x)
+        big = torch.randn(2, 512, 2048, device=DEV)
+        for _ in range(2):
+            other(big)  # rewrites the eager scratch buffer with another weight image
+            g.replay()
+            other(big)
+            torch.cuda.synchronize()
+            torch.testing.assert_close(static_y, expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype,precision", [(torch.float32, "tf32"), (torch.float32, "ieee"),
+                                             (torch.bfloat16, "auto")], ids=["tf32", "ieee", "bf16"])
+def test_forward_allocates_only_its_output(dtype, precision):
+    x = torch.randn(2, 256, 2048, device=DEV, dtype=dtype)
+    w = torch.randn(256, 256, 4, device=DEV, dtype=dtype)
+    b = torch.randn(256, device=DEV, dtype=dtype)
+    causal_conv1d(x, w, b, precision=precision)  # warm-up: build, precision lookup, scratch
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    with count_launches() as n:
+        y = causal_conv1d(x, w, b, precision=precision)
+    allocated = torch.cuda.memory_stats()["allocation.all.allocated"] - before
+    assert n["wgmma"] + n["mma"] == 1, n
+    assert allocated == 1, f"{allocated} allocations for one forward call (expected only the output)"
+    del y
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_runs_on_the_tensors_device():
     x = torch.randn(2, 32, 512, device="cuda:1")
