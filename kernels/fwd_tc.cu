@@ -1,6 +1,6 @@
 // Tensor-core forward: entry point over the per-type instantiations (fwd_tc_*.cu); the
 // kernels themselves are in fwd_tc.cuh.
-#include "fwd_tiles.cuh"
+#include "fwd_tc.cuh"
 
 namespace causalconv {
 

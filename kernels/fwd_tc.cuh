@@ -1,6 +1,4 @@
-// Tensor-core forward, the parts every GPU with tensor cores shares, and the mma.sync
-// kernel for sm_80+ (the sm_90a kernel is in fwd_wgmma.cuh).  The causal conv is an
-// implicit GEMM computed per block as
+// Tensor-core forward: the causal conv as an implicit GEMM computed per block as
 // y^T[t, o] = sum_k sum_i x[i, t + k*dilation + shift] * w_k[o, i].
 //
 // A block owns kBM = 256 time steps x BN output channels of one (batch, group).  Each
@@ -12,10 +10,10 @@
 // Both arrive by 16-byte cp.async with zero fill (t outside [0, L), channels past the
 // group), double-buffered.  x is the MMA's A operand, read from shared memory into
 // registers at the tap's shifted column, so the shift costs nothing; the weights are the
-// B operand.  The epilogue adds the bias and casts.
+// B operand.  On sm_90a the MMA is wgmma (two warpgroups, each 128 t x BN); elsewhere
+// mma.sync with the same staging.  The epilogue adds the bias and casts.
 #pragma once
 #include <ATen/ATen.h>
-#include <c10/cuda/CUDAFunctions.h>
 
 #include <algorithm>
 
@@ -138,6 +136,131 @@ __device__ __forceinline__ void store_out(const ConvParams& p, int64_t b, int g,
 }
 
 // ---------------------------------------------------------------------------------
+// wgmma engine: warpgroup wg owns t rows wg*128 .. +127 as two m64 tiles; warp q of
+// the warpgroup holds rows 16q .. 16q+15 of each.
+template <typename T, Precision P, int BN>
+struct WgmmaEngine {
+  using Tr = FwdTraits<T, P, BN>;
+  // acc is what the tensor cores accumulate into.  With the 3xTF32 split each tap starts
+  // from zero and is added to tot with ordinary fp32 adds: the tensor cores' accumulation
+  // truncates, and over hundreds of chained MMAs that bias would exceed fp32 accuracy.
+  float acc[2][BN / 2];
+  float tot[Tr::kSplit ? 2 : 1][Tr::kSplit ? BN / 2 : 1];
+
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < BN / 2; ++j) {
+        acc[m][j] = 0.f;
+        if constexpr (Tr::kSplit) tot[m][j] = 0.f;
+      }
+  }
+
+  __device__ __forceinline__ void flush() {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < BN / 2; ++j) {
+        if constexpr (Tr::kSplit) {
+          tot[m][j] += acc[m][j];
+          acc[m][j] = 0.f;
+        }
+      }
+  }
+
+  __device__ __forceinline__ float result(int m, int j) const {
+    if constexpr (Tr::kSplit) return tot[m][j];
+    else return acc[m][j];
+  }
+
+  using Frags = AFrag<T, Tr::kSplit>[Tr::kKSteps][2];
+
+  // Loads the A fragments of tap kl and issues its MMAs as one commit group.
+  __device__ __forceinline__ void issue_tap(Frags& a, const T* xw, int row, int kl, int dilation, uint32_t wbase,
+                                            int w_part_bytes) {
+#if CAUSALCONV_HAS_WGMMA
+    using Mma = wgmma::Mma<typename Elem<T>::Wg, BN>;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < Tr::kKSteps; ++kk)
+#pragma unroll
+      for (int m = 0; m < 2; ++m) a[kk][m].load(xw + kl * dilation + m * 64 + kk * Tr::kKStep * row, 1, row, lane);
+    ptx::wgmma_fence();
+    const uint32_t wt = wbase + kl * Tr::kTapBytes;
+#pragma unroll
+    for (int kk = 0; kk < Tr::kKSteps; ++kk) {
+      const uint64_t d_hi = ptx::desc_kmajor_sw128(wt + kk * 32);
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        if constexpr (Tr::kSplit) {
+          // small products first; all three share the accumulator
+          const uint64_t d_lo = ptx::desc_kmajor_sw128(wt + w_part_bytes + kk * 32);
+          Mma::run(acc[m], a[kk][m].lo, d_hi);
+          Mma::run(acc[m], a[kk][m].hi, d_lo);
+        }
+        Mma::run(acc[m], a[kk][m].hi, d_hi);
+      }
+    }
+    ptx::wgmma_commit();
+#else
+    __trap();  // dispatch only picks wgmma for sm_90a binaries
+#endif
+  }
+
+  __device__ __forceinline__ void stage(const T* xs, int row, int off, uint32_t wbase, int nt, int dilation,
+                                        int w_part_bytes) {
+#if CAUSALCONV_HAS_WGMMA
+    const int wg = threadIdx.x >> 7, q = (threadIdx.x >> 5) & 3;
+    const T* xw = xs + off + wg * 128 + q * 16;
+    if constexpr (Tr::kSplit) {
+      // One tap per accumulation chain, flushed into the fp32 totals.
+      Frags fa;
+#pragma unroll 1
+      for (int kl = 0; kl < nt; ++kl) {
+        issue_tap(fa, xw, row, kl, dilation, wbase, w_part_bytes);
+        ptx::wgmma_wait<0>();
+        flush();
+      }
+    } else if constexpr (std::is_same_v<T, float>) {
+      // Two fragment sets: tap kl+1 is loaded while tap kl's MMAs run.  (ptxas keeps
+      // this pipelined for fp32 operands; for 16-bit ones it serializes, hence the
+      // simpler form below.)
+      Frags fa, fb;
+#pragma unroll 1
+      for (int kl = 0; kl < nt; kl += 2) {
+        issue_tap(fa, xw, row, kl, dilation, wbase, w_part_bytes);
+        ptx::wgmma_wait<1>();
+        if (kl + 1 < nt) {
+          issue_tap(fb, xw, row, kl + 1, dilation, wbase, w_part_bytes);
+          ptx::wgmma_wait<1>();
+        }
+      }
+      ptx::wgmma_wait<0>();
+    } else {
+      Frags fa;
+#pragma unroll 1
+      for (int kl = 0; kl < nt; ++kl) {
+        issue_tap(fa, xw, row, kl, dilation, wbase, w_part_bytes);
+        ptx::wgmma_wait<0>();
+      }
+    }
+#endif
+  }
+
+  __device__ __forceinline__ void store(const ConvParams& p, int64_t b, int g, int64_t t0, int o0) const {
+    const int lane = threadIdx.x & 31, wg = threadIdx.x >> 7, q = (threadIdx.x >> 5) & 3;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < BN / 2; ++j) {
+        const int t = wg * 128 + m * 64 + q * 16 + (lane >> 2) + ((j & 2) ? 8 : 0);
+        const int o = (j >> 2) * 8 + 2 * (lane & 3) + (j & 1);
+        store_out<T>(p, b, g, t0 + t, o0 + o, result(m, j));
+      }
+  }
+};
+
 // mma.sync engine (sm_80+): warp w computes t rows (w%4)*64 .. +63 and output channels
 // (w/4)*BN/2 .. +BN/2-1 as 4 x (BN/16) tiles of 16 x 8.
 template <typename T, Precision P, int BN>
@@ -243,10 +366,10 @@ struct MmaSyncEngine {
   }
 };
 
-template <typename T, Precision P, int BN>
+template <typename T, Precision P, int BN, Engine E>
 __global__ void __launch_bounds__(256, 1) fwd_kernel(ConvParams p, FwdPlan plan) {
   using Tr = FwdTraits<T, P, BN>;
-  using Eng = MmaSyncEngine<T, P, BN>;
+  using Eng = std::conditional_t<E == Engine::kWgmma, WgmmaEngine<T, P, BN>, MmaSyncEngine<T, P, BN>>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   const uint32_t raw = ptx::smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
@@ -274,6 +397,9 @@ __global__ void __launch_bounds__(256, 1) fwd_kernel(ConvParams p, FwdPlan plan)
     if (s + 1 < S) load_stage<Tr>(p, plan, x, w_tile, t0, s + 1, base + (buf ^ 1) * plan.stage_bytes);
     ptx::cp_async_commit();
     ptx::cp_async_wait<1>();  // stage s has landed (this thread's copies)
+#if CAUSALCONV_HAS_WGMMA
+    if constexpr (E == Engine::kWgmma) ptx::fence_proxy_async();
+#endif
     __syncthreads();  // ... and every thread's
 
     const int grp = s % plan.ngroups;
@@ -318,17 +444,8 @@ FwdPlan make_plan(const ConvParams& p, int smem_limit) {
   return plan;
 }
 
-template <typename T, Precision P, int BN>
-void launch_weight_image(const ConvParams& p, int n_ot, int n_ic, T* hi, T* lo, int64_t image, cudaStream_t stream) {
-  const int threads = 256;
-  const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(image, threads), 4096));
-  weight_image_kernel<T, P, BN><<<blocks, threads, 0, stream>>>(static_cast<const T*>(p.w), hi, lo, p.cout_g, p.cin_g,
-                                                                 p.K, n_ot, n_ic, image);
-  CAUSALCONV_CHECK_LAUNCH("weight_image");
-}
-
-template <typename T, Precision P, int BN>
-void launch_mma_sync(const ConvParams& p, cudaStream_t stream) {
+template <typename T, Precision P, int BN, Engine E>
+void launch(const ConvParams& p, cudaStream_t stream) {
   using Tr = FwdTraits<T, P, BN>;
   const int smem_limit = max_smem_optin();
   FwdPlan plan = make_plan<T, P, BN>(p, smem_limit);
@@ -339,21 +456,45 @@ void launch_mma_sync(const ConvParams& p, cudaStream_t stream) {
   // The image lives in this stream's scratch buffer (no allocation per call); the lease
   // is held until the conv kernel that reads it has been enqueued.
   const int64_t image = static_cast<int64_t>(p.groups) * plan.n_ot * plan.n_ic * p.K * BN * Tr::kCI;
-  ScratchLease scratch(static_cast<size_t>(image) * Tr::kParts * sizeof(T), stream);
+  ScratchLease scratch(static_cast<size_t>(image) * (Tr::kSplit ? 2 : 1) * sizeof(T), stream);
   T* hi = static_cast<T*>(scratch.data());
   T* lo = Tr::kSplit ? hi + image : nullptr;
-  launch_weight_image<T, P, BN>(p, plan.n_ot, plan.n_ic, hi, lo, image, stream);
+  {
+    const int threads = 256;
+    const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(image, threads), 4096));
+    weight_image_kernel<T, P, BN><<<blocks, threads, 0, stream>>>(static_cast<const T*>(p.w), hi, lo, p.cout_g,
+                                                                   p.cin_g, p.K, plan.n_ot, plan.n_ic, image);
+    CAUSALCONV_CHECK_LAUNCH("weight_image");
+  }
   plan.w_hi = hi;
   plan.w_lo = lo;
 
   const int64_t blocks = static_cast<int64_t>(plan.n_ot) * p.groups * ceil_div(p.L, Tr::kBM) * p.B;
   TORCH_CHECK(blocks <= INT32_MAX, "causalconv: problem too large for one tensor-core launch");
-  auto kernel = fwd_kernel<T, P, BN>;
-  allow_max_smem<KernelTag<T, P, BN, Engine::kMmaSync>>(kernel);
+  auto kernel = fwd_kernel<T, P, BN, E>;
+  allow_max_smem<KernelTag<T, P, BN, E>>(kernel);
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, smem, stream>>>(p, plan);
-  CAUSALCONV_CHECK_LAUNCH("conv_fwd_mma");
+  CAUSALCONV_CHECK_LAUNCH("conv_fwd_tc");
+}
+
+// Instantiated tiles: wgmma with BN 128 (and 64 for narrow problems); 3xTF32 only with
+// BN 64, the widest that ptxas keeps pipelined with the extra fragments; mma.sync with
+// BN 64, the widest without spills.
+template <typename T, Precision P>
+void launch_tile(const ConvParams& p, TcKernel kind, int bn, cudaStream_t stream) {
+  if (kind == TcKernel::kMmaSync) return launch<T, P, 64, Engine::kMmaSync>(p, stream);
+  if constexpr (P != Precision::kTF32x3) {
+    if (bn == 128) return launch<T, P, 128, Engine::kWgmma>(p, stream);
+  }
+  return launch<T, P, 64, Engine::kWgmma>(p, stream);
 }
 
 }  // namespace fwd
 }  // namespace tc
+
+// One translation unit per operand type (they compile in parallel).
+void launch_fwd_tc_f32(const ConvParams& p, TcKernel kind, int bn, cudaStream_t stream);
+void launch_fwd_tc_bf16(const ConvParams& p, TcKernel kind, int bn, cudaStream_t stream);
+void launch_fwd_tc_f16(const ConvParams& p, TcKernel kind, int bn, cudaStream_t stream);
+
 }  // namespace causalconv

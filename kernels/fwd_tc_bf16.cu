@@ -1,5 +1,5 @@
 // __nv_bfloat16 instantiations of the tensor-core forward.
-#include "fwd_tiles.cuh"
+#include "fwd_tc.cuh"
 
 namespace causalconv {
 

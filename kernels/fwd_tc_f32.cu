@@ -1,5 +1,5 @@
 // fp32 instantiations of the tensor-core forward: TF32 and the 3xTF32 split.
-#include "fwd_tiles.cuh"
+#include "fwd_tc.cuh"
 
 namespace causalconv {
 

@@ -13,8 +13,8 @@ PY=${PY:-python3}
 STEPS=${STEPS:-"env build tests sanitize bench"}
 declare -A status
 
-# Each step's output goes to its own log under $LOGS; at the end they are gathered into
-# $OUT/steps.log (the device tool returns only a few files), tests and ncu separately.
+# Each step's output goes to its own log under $LOGS and, as soon as the step ends, into
+# $OUT/steps.log (tests and ncu in their own files).
 LOGS=$(mktemp -d)
 run() {  # name, command...
   local name=$1; shift
@@ -24,12 +24,20 @@ run() {  # name, command...
   status[$name]=$?
   echo "=== $name: exit ${status[$name]} in $((SECONDS - t0)) s"
   tail -n "${TAIL:-25}" "$LOGS/$name.log"
+  gather "$name"  # at once, so a run cut off by the time limit still returns what finished
+}
+gather() {  # name: copy one step's log under $OUT (the device tool returns only a few files)
+  local f="$LOGS/$1.log"
+  case $1 in
+    tests) cp "$f" "$OUT/tests.log" ;;
+    ncu_*) { echo "##### $1"; cat "$f"; } >> "$OUT/ncu.log" ;;
+    *) { echo "##### $1"; cat "$f"; } >> "$OUT/steps.log" ;;
+  esac
 }
 
 for step in $STEPS; do
   case $step in
     env) run env bash -c "nvidia-smi; $PY -c 'import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.get_device_name())'; nvcc --version | tail -2; $PY -m pytest --version" ;;
-    probe) run probe bash -c "nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I kernels scripts/probe_desc_row_shift.cu -o /tmp/probe && /tmp/probe" ;;
     build) run build $PY -c "from causalconv import _build; m = _build.load(); print('wgmma:', m.has_wgmma())" ;;
     verify) run verify $PY -m causalconv --json "$OUT/verify.json" ;;
     tests) run tests $PY -m pytest -q -rs ${PYTEST_ARGS:-tests} ;;
@@ -46,14 +54,6 @@ for step in $STEPS; do
       done ;;
     bench) run bench $PY -m causalconv bench --out "$OUT/h200.json" ${BENCH_ARGS:-} ;;
     *) echo "unknown step $step" ;;
-  esac
-done
-for f in "$LOGS"/*.log; do
-  name=$(basename "$f" .log)
-  case $name in
-    tests) cp "$f" "$OUT/tests.log" ;;
-    ncu_*) { echo "##### $name"; cat "$f"; } >> "$OUT/ncu.log" ;;
-    *) { echo "##### $name"; cat "$f"; } >> "$OUT/steps.log" ;;
   esac
 done
 echo "=== summary"

@@ -21,7 +21,7 @@ cases = [  # B, C_in, C_out, groups, K, dilation, L
     (1, 64, 32, 2, 5, 3, 40),
     (1, 40, 72, 1, 7, 40, 8),
     (2, 8, 16, 8, 3, 2, 1030),
-    (8, 64, 64, 1, 3, 1, 8192),  # more tiles than SMs: the persistent wgmma blocks take several
+    (8, 64, 64, 1, 3, 1, 8192),  # more blocks than SMs, so several waves share the scratch image
 ]
 n = 0
 for kernel in kernels:
