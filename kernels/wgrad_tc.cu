@@ -31,8 +31,8 @@ struct WgradTraits {
   static constexpr int kKSteps = kCT / kKStep;
   static constexpr int kMaxStages = 6;  // pipeline depth, as many as shared memory holds
   static constexpr int kDyBytes = BNO * 128;
-  static constexpr int kGroupTaps = 4;  // taps whose A fragments are live in one commit group
-  static_assert(KT % kGroupTaps == 0, "tap capacity must be a multiple of the commit group");
+  static constexpr int kGroupTaps = 2;  // taps per commit group (two groups' A fragments are live)
+  static_assert(KT % (2 * kGroupTaps) == 0, "tap capacity must be an even number of commit groups");
   static_assert(KT * BNO / 2 <= 128, "accumulators must fit the register file");
 };
 
@@ -125,24 +125,33 @@ __global__ void __launch_bounds__(256, 1) wgrad_kernel(WgradParams p, WgradPlan 
 #pragma unroll
     for (int j = 0; j < BNO / 2; ++j) acc[k][j] = 0.f;
 
+  // Pipeline: nst stage buffers, units loaded nst-1 ahead, one barrier per unit.  The MMAs
+  // of a unit run in commit groups of kGroupTaps taps whose A fragments alternate between
+  // two register sets, so loading one set overlaps the other set's MMAs; wgmma_wait<1>
+  // before reusing a set retires the group that last read it.  Every unit ends with all
+  // its MMAs retired (ptxas serializes the MMAs of a pipeline that spans the loop), so
+  // the buffer of unit s-1 is free once every warp has passed the barrier of unit s.
   const int nst = pl.stages;
-  for (int s = 0; s < nst - 1; ++s) {
+  const int ahead = nst - 1;
+  for (int s = 0; s < ahead; ++s) {
     if (s < S) load_unit<Tr, T, BNO>(p, pl, g, it, ot, u0 + s, base + s * pl.stage_bytes);
     ptx::cp_async_commit();
   }
   const int64_t n_tc = ceil_div(p.L, Tr::kCT);
+  const int groups = static_cast<int>(ceil_div(p.K, Tr::kGroupTaps));  // commit groups per unit
+  AFrag<T, false> a[2][Tr::kGroupTaps][Tr::kKSteps];
   for (int s = 0; s < S; ++s) {
     const int buf = s % nst;
-    if (s + nst - 1 < S) {
-      load_unit<Tr, T, BNO>(p, pl, g, it, ot, u0 + s + nst - 1, base + ((s + nst - 1) % nst) * pl.stage_bytes);
-    }
-    ptx::cp_async_commit();
-    ptx::cp_async_wait_dyn(nst - 1);
+    ptx::cp_async_wait_dyn(ahead - 1);  // unit s has landed (one commit per unit)
     if constexpr (std::is_same_v<T, float>) {
       if (p.precision == Precision::kTF32) round_dy_tf32<Tr, BNO>(base_ptr + buf * pl.stage_bytes);
     }
     ptx::fence_proxy_async();
     __syncthreads();
+    if (s + ahead < S) {
+      load_unit<Tr, T, BNO>(p, pl, g, it, ot, u0 + s + ahead, base + ((s + ahead) % nst) * pl.stage_bytes);
+    }
+    ptx::cp_async_commit();
 
     const int64_t t0 = static_cast<int64_t>(static_cast<uint32_t>(u0 + s) % static_cast<uint32_t>(n_tc)) * Tr::kCT;
     const int64_t ws0 = t0 + p.shift;
@@ -151,31 +160,31 @@ __global__ void __launch_bounds__(256, 1) wgrad_kernel(WgradParams p, WgradPlan 
                   (wg * 64 + q * 16) * pl.row + off;
     const uint32_t dy_tile = base + buf * pl.stage_bytes;
 #pragma unroll
-    for (int k0 = 0; k0 < KT; k0 += Tr::kGroupTaps) {
-      if (k0 < p.K) {
-        AFrag<T, false> a[Tr::kGroupTaps][Tr::kKSteps];
+    for (int j = 0; j < KT / Tr::kGroupTaps; ++j) {
+      if (j < groups) {
+        auto& set = a[j & 1];
+        if (j >= 2) ptx::wgmma_wait<1>();  // group j-2, which read this set, has retired
 #pragma unroll
         for (int kk = 0; kk < Tr::kGroupTaps; ++kk) {
           // taps past K (a partial last group) reread tap K-1's columns, inside the row;
           // their sums are never stored
-          const int kx = min(k0 + kk, p.K - 1);
+          const int kx = min(j * Tr::kGroupTaps + kk, p.K - 1);
 #pragma unroll
           for (int ks = 0; ks < Tr::kKSteps; ++ks)
-            a[kk][ks].load(xs + kx * p.dilation + ks * Tr::kKStep, pl.row, 1, lane);
+            set[kk][ks].load(xs + kx * p.dilation + ks * Tr::kKStep, pl.row, 1, lane);
         }
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::kGroupTaps; ++kk) {
 #pragma unroll
           for (int ks = 0; ks < Tr::kKSteps; ++ks) {
-            Mma::run(acc[k0 + kk], a[kk][ks].hi, ptx::desc_kmajor_sw128(dy_tile + ks * 32));
+            Mma::run(acc[j * Tr::kGroupTaps + kk], set[kk][ks].hi, ptx::desc_kmajor_sw128(dy_tile + ks * 32));
           }
         }
         ptx::wgmma_commit();
-        ptx::wgmma_wait<0>();
       }
     }
-    __syncthreads();
+    ptx::wgmma_wait<0>();
   }
 
   // acc[k][j]: row (input channel) 16q + lane/4 (+8), column (output channel) per the
@@ -214,7 +223,7 @@ WgradPlan make_plan(const WgradParams& p, int sm_count) {
   pl.row = row;
   pl.x_offset = (Tr::kDyBytes + 1023) / 1024 * 1024;
   pl.stage_bytes = pl.x_offset + static_cast<int>((Tr::kBMI * row * sizeof(T) + 1023) / 1024 * 1024);
-  pl.stages = std::max(2, std::min(Tr::kMaxStages, (max_smem_optin() - 1024) / pl.stage_bytes));
+  pl.stages = std::min(Tr::kMaxStages, (max_smem_optin() - 1024) / pl.stage_bytes);
   pl.n_tiles = static_cast<int64_t>(p.groups) * pl.n_it * pl.n_ot;
   pl.units = p.B * ceil_div(p.L, Tr::kCT);
   const int64_t n_out = static_cast<int64_t>(p.groups) * p.cout_g * p.cin_g * p.K;
@@ -231,8 +240,8 @@ template <typename T, int KT, int BNO>
 void launch(const WgradParams& p, const WgradPlan& pl, cudaStream_t stream) {
   using Tr = WgradTraits<T, KT, BNO>;
   const size_t smem = static_cast<size_t>(pl.stages) * pl.stage_bytes + 1024;
-  TORCH_CHECK(smem <= static_cast<size_t>(max_smem_optin()), "causalconv: weight-gradient tile needs ", smem,
-              " bytes of shared memory");
+  TORCH_CHECK(pl.stages >= 2 && smem <= static_cast<size_t>(max_smem_optin()),
+              "causalconv: weight-gradient pipeline needs 2 stages of ", pl.stage_bytes, " bytes of shared memory");
   const int64_t blocks = pl.n_tiles * pl.splits;
   TORCH_CHECK(blocks <= INT32_MAX && pl.units <= INT32_MAX,
               "causalconv: weight-gradient problem too large for one launch");
