@@ -1,5 +1,6 @@
-// Scratch memory for the per-call intermediates of the tensor-core kernels (the
-// pre-arranged weight image), so that a call allocates nothing but its outputs.
+// Scratch memory for per-call intermediates (the tensor-core forward's pre-arranged
+// weight image, the weight gradient's partial sums), so that a call allocates nothing
+// but its outputs.
 //
 // Eager calls reuse one buffer per (device, stream), grown when a call needs more and
 // held until the process exits.  The lease holds a lock from acquisition until it is
