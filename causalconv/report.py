@@ -4,6 +4,7 @@ so the README shows exactly what a run measured."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 
@@ -53,7 +54,7 @@ def chart(data: dict, png: Path) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(png, dpi=110)
-    print(f"wrote {png}")
+    print(f"wrote {png}", file=sys.stderr)  # stdout carries only the markdown
 
 
 def main(json_path: str, png: str | None = None) -> None:
@@ -62,4 +63,4 @@ def main(json_path: str, png: str | None = None) -> None:
     try:
         chart(data, Path(png) if png else Path(json_path).with_suffix(".png"))
     except ImportError:
-        print("(matplotlib not installed: pip install 'causalconv[plot]' for the chart)")
+        print("(matplotlib not installed: pip install 'causalconv[plot]' for the chart)", file=sys.stderr)
