@@ -270,7 +270,7 @@ at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t 
 
   const auto forced = static_cast<KernelChoice>(g_forced.load());
   const bool wgmma = sm_major() == 9 && built_for_sm90a();
-  bool tc = wgmma && wgrad_tc_supports(p) && L % vec_elems(dtype) == 0;
+  bool tc = wgmma && wgrad_tc_supports(p, dtype);
   // A forced forward family forces the weight gradient only where it has a kernel of that
   // family (wgmma); otherwise the CUDA-core kernel runs.
   if (forced == KernelChoice::kAuto) tc = tc && p.cin_g >= 16 && p.cout_g >= 16;
