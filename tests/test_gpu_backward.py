@@ -181,6 +181,7 @@ def test_opcheck_on_cuda():
     gy = torch.randn(2, 48, 64, device=DEV)
     torch.library.opcheck(torch.ops.causalconv.conv_input_grad.default, (gy, w, 2, 2, "auto"))
     torch.library.opcheck(torch.ops.causalconv.conv_weight_grad.default, (gy, x, 3, 2, 2, "auto"))
+    torch.library.opcheck(torch.ops.causalconv.conv_backward.default, (gy, x, w, 2, 2, "auto"))
 
 
 def test_compiled_training_step_on_gpu():
