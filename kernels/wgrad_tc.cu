@@ -5,17 +5,19 @@
 // group of taps times a tile of input channels (n = tap * it_rows + channel), reduced over
 // (batch, time) in chunks of one 128-byte row (32 fp32 or 64 16-bit steps).
 //
-// Both operands are K-major (time contiguous), which is how dy and x already lie in
-// memory, so TMA copies them straight into the 128-byte-swizzled layout wgmma reads.  Each
-// tap's x tile is its own TMA box at time t0 + shift + k*dilation: coordinates left of 0
-// or past L arrive as zeros (the causal padding), and any K and dilation work.
+// Both operands are K-major (time contiguous), as dy and x lie in memory.  dy arrives by
+// TMA straight into the 128-byte-swizzled layout wgmma reads.  x cannot: each tap wants
+// its tile at time t0 + shift + k*dilation, and a TMA copy must start on a 16-byte
+// boundary.  So TMA brings one aligned raw window of x per stage, covering the tile's taps
+// (coordinates left of 0 or past L arrive as zeros: the causal padding), and three
+// "shifter" warps write each tap's tile from it at the tap's offset, rounding to TF32 on
+// the way in fp32 mode (the tensor cores would truncate; dy is rounded in place).
 //
-// Warp roles: one thread of warpgroup 0 issues the copies for a ring of stages (a `full`
-// barrier per stage counts the bytes, an `empty` barrier the consumers' release); in TF32
-// mode warps 1-3 of warpgroup 0 round each landed stage to TF32 in place (the tensor cores
-// would truncate) and release it through a `ready` barrier; warpgroups 1-2 issue the MMAs,
-// keeping one stage's MMAs in flight while the next is issued.  Partial sums go to the
-// split's workspace slice; wgrad_reduce.cu adds the slices in a fixed order.
+// Warp roles: one thread of warpgroup 0 issues the copies for a ring of stages (`full`
+// counts the bytes, `empty` the consumers' release); warps 1-3 of warpgroup 0 shift
+// (`ready`); warpgroups 1-2 issue the MMAs, keeping one stage's MMAs in flight while the
+// next is issued.  Partial sums go to the split's workspace slice; wgrad_reduce.cu adds
+// the slices in a fixed order.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -32,21 +34,25 @@ template <typename T, int N>
 struct WgradTraits {
   static constexpr int kConsumers = 2;                      // warpgroups issuing MMAs
   static constexpr int kThreads = 128 * (kConsumers + 1);   // plus the producer warpgroup
-  static constexpr int kRounders = 96;                      // producer warps 1-3
+  static constexpr int kShifters = 96;                      // producer warps 1-3
   static constexpr int kBM = 64 * kConsumers;               // output channels per block
   static constexpr int kCT = kRowElems<T>;                  // reduction steps per stage
+  static constexpr int kV = kChunkElems<T>;                 // TMA start granularity (16 bytes)
   static constexpr int kKStep = Elem<T>::kKStep;
   static constexpr int kKSteps = kCT / kKStep;
   static constexpr int kDyBytes = kBM * 128;
-  static constexpr int kStageBytes = kDyBytes + N * 128;    // both multiples of 1024
+  static constexpr int kTileBytes = N * 128;                // the taps' x tiles (B operand)
   static constexpr int kMaxStages = 8;
   static_assert(N % 64 == 0 && N <= 256, "wgmma N for the tap x channel tile");
+  static_assert(kCT == 32 * (4 / sizeof(T)), "a shifter lane moves one 4-byte word of a row");
 };
 
 struct WgradPlan {
   int stages;
-  int taps;      // taps per tile (KT)
-  int it_rows;   // input channels per tile (a multiple of 8: one swizzle atom)
+  int taps;        // taps per tile (KT)
+  int it_rows;     // input channels per tile (a multiple of 8: one swizzle atom)
+  int window;      // elements per raw x row: the taps' span plus alignment slack
+  int stage_bytes; // dy tile, x tiles, raw window; a multiple of 1024
   int n_kt, n_it, n_ot;
   int64_t n_tiles, units, per_split;
   int splits;
@@ -64,10 +70,11 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
   const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
   uint8_t* base_ptr = smem_raw + (base - raw);
   const int nst = pl.stages;
-  const uint32_t bars = base + nst * Tr::kStageBytes;  // full[nst], ready[nst], empty[nst]
+  const uint32_t bars = base + nst * pl.stage_bytes;  // full[nst], ready[nst], empty[nst]
   auto full = [&](int st) { return bars + 8u * st; };
   auto ready = [&](int st) { return bars + 8u * (nst + st); };
   auto empty = [&](int st) { return bars + 8u * (2 * nst + st); };
+  constexpr int kRawOffset = Tr::kDyBytes + Tr::kTileBytes;
 
   int64_t tile = blockIdx.x % pl.n_tiles;
   const int64_t split = blockIdx.x / pl.n_tiles;
@@ -80,13 +87,17 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
   const int64_t u0 = split * pl.per_split;
   const int S = static_cast<int>(std::min<int64_t>(pl.units, u0 + pl.per_split) - u0);
   const int k0 = kt * pl.taps, taps = min(pl.taps, p.K - k0);  // this tile's taps
+  // The raw window starts at t0 + lead (a 16-byte boundary); tap k's tile at offset
+  // off0 + k*dilation inside it.
+  const int lead = static_cast<int>(floor_div(p.shift + k0 * p.dilation, Tr::kV) * Tr::kV);
+  const int off0 = p.shift + k0 * p.dilation - lead;
   const bool tf32 = std::is_same_v<T, float> && p.precision == Precision::kTF32;
 
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int st = 0; st < nst; ++st) {
       ptx::mbar_init(full(st), 1);
-      ptx::mbar_init(ready(st), Tr::kRounders);
+      ptx::mbar_init(ready(st), Tr::kShifters);
       ptx::mbar_init(empty(st), 128 * Tr::kConsumers);
     }
     ptx::fence_mbar_init();
@@ -101,35 +112,52 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
       ptx::tma_prefetch_descriptor(&map_x);
       const int dy_row0 = g * p.cout_g + ot * Tr::kBM;
       const int x_row0 = g * p.cin_g + it * pl.it_rows;
-      const uint32_t bytes = Tr::kDyBytes + taps * pl.it_rows * 128;
+      const uint32_t bytes = Tr::kDyBytes + pl.it_rows * pl.window * static_cast<int>(sizeof(T));
       for (int s = 0; s < S; ++s) {
         const int st = s % nst;
         if (s >= nst) ptx::mbar_wait(empty(st), ((s / nst) - 1) & 1);
         const uint32_t uu = static_cast<uint32_t>(u0 + s);
         const int b = static_cast<int>(uu / n_tc), t0 = static_cast<int>(uu % n_tc) * Tr::kCT;
-        const uint32_t stage = base + st * Tr::kStageBytes;
+        const uint32_t stage = base + st * pl.stage_bytes;
         ptx::mbar_arrive_expect_tx(full(st), bytes);
         ptx::tma_load_2d(stage, &map_dy, t0, b * static_cast<int>(p.groups * p.cout_g) + dy_row0, full(st));
-        for (int k = 0; k < taps; ++k) {
-          ptx::tma_load_2d(stage + Tr::kDyBytes + k * pl.it_rows * 128, &map_x, t0 + p.shift + (k0 + k) * p.dilation,
-                           b * static_cast<int>(p.groups * p.cin_g) + x_row0, full(st));
-        }
+        ptx::tma_load_2d(stage + kRawOffset, &map_x, t0 + lead, b * static_cast<int>(p.groups * p.cin_g) + x_row0,
+                         full(st));
       }
-    } else if (warp > 0 && tf32) {
-      // Rounders: TF32 operands must be rounded to nearest even, not truncated.
-      const int r = threadIdx.x - 32;
-      const int n16 = (Tr::kDyBytes + taps * pl.it_rows * 128) / 16;
+    } else if (warp > 0) {
+      // Shifters: row n = tap * it_rows + channel of the x tiles, one warp per row, one
+      // 4-byte word per lane, stored at its swizzled position.
+      const int rows = taps * pl.it_rows;
+      const uint32_t word = static_cast<uint32_t>((lane & 3) * 4);
       for (int s = 0; s < S; ++s) {
         const int st = s % nst;
         ptx::mbar_wait(full(st), (s / nst) & 1);
-        float4* v = reinterpret_cast<float4*>(base_ptr + st * Tr::kStageBytes);
-        for (int i = r; i < n16; i += Tr::kRounders) {
-          float4 f = v[i];
-          f.x = round_tf32(f.x);
-          f.y = round_tf32(f.y);
-          f.z = round_tf32(f.z);
-          f.w = round_tf32(f.w);
-          v[i] = f;
+        uint8_t* stage = base_ptr + st * pl.stage_bytes;
+        const T* raw = reinterpret_cast<const T*>(stage + kRawOffset);
+        for (int n = warp - 1; n < rows; n += Tr::kShifters / 32) {
+          const int k = n / pl.it_rows, r = n - k * pl.it_rows;
+          const T* src = raw + r * pl.window + off0 + k * p.dilation;
+          uint32_t v;
+          if constexpr (std::is_same_v<T, float>) {
+            const float f = src[lane];
+            v = f32_bits(tf32 ? round_tf32(f) : f);
+          } else {
+            v = pack2(src[2 * lane], src[2 * lane + 1]);
+          }
+          *reinterpret_cast<uint32_t*>(stage + Tr::kDyBytes + n * 128 + (swizzle_chunk(n, lane >> 2) << 4) + word) = v;
+        }
+        if constexpr (std::is_same_v<T, float>) {
+          if (tf32) {
+            float4* dyv = reinterpret_cast<float4*>(stage);
+            for (int i = threadIdx.x - 32; i < Tr::kDyBytes / 16; i += Tr::kShifters) {
+              float4 f = dyv[i];
+              f.x = round_tf32(f.x);
+              f.y = round_tf32(f.y);
+              f.z = round_tf32(f.z);
+              f.w = round_tf32(f.w);
+              dyv[i] = f;
+            }
+          }
         }
         ptx::fence_proxy_async();  // the MMAs read through the async proxy
         ptx::mbar_arrive(ready(st));
@@ -145,9 +173,9 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
   for (int j = 0; j < N / 2; ++j) acc[j] = 0.f;
   for (int s = 0; s < S; ++s) {
     const int st = s % nst;
-    ptx::mbar_wait(tf32 ? ready(st) : full(st), (s / nst) & 1);
-    const uint32_t dy_tile = base + st * Tr::kStageBytes + c * 64 * 128;
-    const uint32_t x_tile = base + st * Tr::kStageBytes + Tr::kDyBytes;
+    ptx::mbar_wait(ready(st), (s / nst) & 1);
+    const uint32_t dy_tile = base + st * pl.stage_bytes + c * 64 * 128;
+    const uint32_t x_tile = base + st * pl.stage_bytes + Tr::kDyBytes;
     ptx::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < Tr::kKSteps; ++ks) {
@@ -180,20 +208,34 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
 }
 
 // Tile of the N dimension: `taps` taps of `it_rows` input channels, padded up to the
-// wgmma width n (64, 128, 192 or 256).  Picks the one with the fewest MMA columns over the
-// whole problem, then the widest.
+// wgmma width n (64, 128, 192 or 256), and the raw x window those taps need.
 struct NTile {
-  int taps, it_rows, n;
+  int taps, it_rows, n, window;
 };
-NTile pick_n_tile(const WgradParams& p) {
-  NTile best{1, 8, 64};
+
+int raw_window(const WgradParams& p, int taps, int ct, int v) {
+  return static_cast<int>(ceil_div(v - 1 + static_cast<int64_t>(taps - 1) * p.dilation + ct, v) * v);
+}
+
+// Fewest MMA columns over the whole problem, then the widest n, then the most taps per
+// tile (the least raw window traffic); a stage must leave room for two in shared memory.
+NTile pick_n_tile(const WgradParams& p, int elem) {
+  const int ct = 128 / elem, v = 16 / elem;
+  const int max_stage = (max_smem_optin() - 2048) / 2;
+  NTile best{0, 0, 0, 0};
   int64_t best_cost = -1;
   for (int taps = 1; taps <= std::min(p.K, 32); ++taps) {
+    const int window = raw_window(p, taps, ct, v);
+    if (window > 256) break;  // the TMA box limit; wider spans take fewer taps per tile
     for (int rows = 8; taps * rows <= 256; rows += 8) {
       const int n = static_cast<int>(ceil_div(taps * rows, 64) * 64);
+      const int stage = 2 * 128 * 64 + n * 128 + static_cast<int>(ceil_div(rows * window * elem, 1024) * 1024);
+      if (stage > max_stage) continue;
       const int64_t cost = ceil_div(p.K, taps) * ceil_div(p.cin_g, rows) * n;
-      if (best_cost < 0 || cost < best_cost || (cost == best_cost && n > best.n)) {
-        best = {taps, rows, n};
+      const bool better = best_cost < 0 || cost < best_cost ||
+                          (cost == best_cost && (n > best.n || (n == best.n && taps > best.taps)));
+      if (better) {
+        best = {taps, rows, n, window};
         best_cost = cost;
       }
     }
@@ -207,10 +249,13 @@ WgradPlan make_plan(const WgradParams& p, const NTile& nt, int sm_count) {
   WgradPlan pl{};
   pl.taps = nt.taps;
   pl.it_rows = nt.it_rows;
+  pl.window = nt.window;
+  pl.stage_bytes = Tr::kDyBytes + Tr::kTileBytes +
+                   static_cast<int>(ceil_div(nt.it_rows * nt.window * static_cast<int>(sizeof(T)), 1024) * 1024);
   pl.n_kt = static_cast<int>(ceil_div(p.K, nt.taps));
   pl.n_it = static_cast<int>(ceil_div(p.cin_g, nt.it_rows));
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kBM));
-  pl.stages = std::min(Tr::kMaxStages, (max_smem_optin() - 1024 - 3 * 8 * Tr::kMaxStages) / Tr::kStageBytes);
+  pl.stages = std::min(Tr::kMaxStages, (max_smem_optin() - 1024 - 3 * 8 * Tr::kMaxStages) / pl.stage_bytes);
   pl.n_tiles = static_cast<int64_t>(p.groups) * pl.n_kt * pl.n_it * pl.n_ot;
   pl.units = p.B * ceil_div(p.L, Tr::kCT);
   const int64_t n_out = static_cast<int64_t>(p.groups) * p.cout_g * p.cin_g * p.K;
@@ -226,16 +271,16 @@ WgradPlan make_plan(const WgradParams& p, const NTile& nt, int sm_count) {
 template <typename T, int N>
 void launch(const WgradParams& p, const WgradPlan& pl, at::ScalarType dtype, cudaStream_t stream) {
   using Tr = WgradTraits<T, N>;
-  const size_t smem = static_cast<size_t>(pl.stages) * Tr::kStageBytes + 3 * 8 * pl.stages + 1024;
+  const size_t smem = static_cast<size_t>(pl.stages) * pl.stage_bytes + 3 * 8 * pl.stages + 1024;
   TORCH_CHECK(pl.stages >= 2 && smem <= static_cast<size_t>(max_smem_optin()),
-              "causalconv: weight-gradient pipeline needs 2 stages of ", Tr::kStageBytes, " bytes of shared memory");
+              "causalconv: weight-gradient pipeline needs 2 stages of ", pl.stage_bytes, " bytes of shared memory");
   const int64_t blocks = pl.n_tiles * pl.splits;
   const int64_t C_out = static_cast<int64_t>(p.groups) * p.cout_g, C_in = static_cast<int64_t>(p.groups) * p.cin_g;
   TORCH_CHECK(blocks <= INT32_MAX && pl.units <= INT32_MAX && p.B * std::max(C_out, C_in) <= INT32_MAX &&
                   p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
               "causalconv: weight-gradient problem too large for 32-bit TMA coordinates");
-  const CUtensorMap map_dy = make_row_tensor_map(p.dy, dtype, p.B * C_out, p.L, Tr::kCT, Tr::kBM);
-  const CUtensorMap map_x = make_row_tensor_map(p.x, dtype, p.B * C_in, p.L, Tr::kCT, pl.it_rows);
+  const CUtensorMap map_dy = make_row_tensor_map(p.dy, dtype, p.B * C_out, p.L, Tr::kCT, Tr::kBM, true);
+  const CUtensorMap map_x = make_row_tensor_map(p.x, dtype, p.B * C_in, p.L, pl.window, pl.it_rows, false);
   auto kernel = wgrad_kernel<T, N>;
   allow_max_smem<WgradTraits<T, N>>(kernel);  // one instantiation per traits type
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, smem, stream>>>(map_dy, map_x, p, pl);
@@ -255,13 +300,14 @@ auto with_n(int n, F&& f) {
 
 template <typename T>
 int splits_typed(const WgradParams& p, int sm_count) {
-  const NTile nt = pick_n_tile(p);
+  const NTile nt = pick_n_tile(p, sizeof(T));
   return with_n(nt.n, [&](auto n) { return make_plan<T, n.value>(p, nt, sm_count).splits; });
 }
 
 template <typename T>
 void launch_typed(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream) {
-  const NTile nt = pick_n_tile(p);
+  const NTile nt = pick_n_tile(p, sizeof(T));
+  TORCH_CHECK(nt.n > 0, "causalconv: no weight-gradient tile fits dilation ", p.dilation);
   with_n(nt.n, [&](auto n) {
     const WgradPlan pl = make_plan<T, n.value>(p, nt, sm_count);
     TORCH_CHECK(p.splits == pl.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ",
