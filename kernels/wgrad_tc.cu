@@ -125,30 +125,38 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
                          full(st));
       }
     } else if (warp > 0) {
-      // Shifters: row n = tap * it_rows + channel of the x tiles, one warp per row, one
-      // 4-byte word per lane, stored at its swizzled position.
-      const int rows = taps * pl.it_rows;
+      // Shifters: row n = tap * it_rows + channel of the x tiles, in blocks of 8 rows per
+      // warp (eight independent loads in flight), one 4-byte word per lane, stored at its
+      // swizzled position; block rows start at multiples of 8, so row j of a block has
+      // swizzle phase j.
+      const int blocks = taps * pl.it_rows / 8;
       const uint32_t word = static_cast<uint32_t>((lane & 3) * 4);
       for (int s = 0; s < S; ++s) {
         const int st = s % nst;
         ptx::mbar_wait(full(st), (s / nst) & 1);
         uint8_t* stage = base_ptr + st * pl.stage_bytes;
         const T* raw = reinterpret_cast<const T*>(stage + kRawOffset);
-        for (int n = warp - 1; n < rows; n += Tr::kShifters / 32) {
-          const int k = n / pl.it_rows, r = n - k * pl.it_rows;
-          const T* src = raw + r * pl.window + off0 + k * p.dilation;
-          uint32_t v;
-          if constexpr (std::is_same_v<T, float>) {
-            const float f = src[lane];
-            v = f32_bits(tf32 ? round_tf32(f) : f);
-          } else {
-            v = pack2(src[2 * lane], src[2 * lane + 1]);
+        for (int blk = warp - 1; blk < blocks; blk += Tr::kShifters / 32) {
+          const int n0 = blk * 8, k = n0 / pl.it_rows, r0 = n0 - k * pl.it_rows;
+          const T* src = raw + r0 * pl.window + off0 + k * p.dilation;
+          uint32_t v[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            if constexpr (std::is_same_v<T, float>) {
+              const float f = src[j * pl.window + lane];
+              v[j] = f32_bits(tf32 ? round_tf32(f) : f);
+            } else {
+              v[j] = pack2(src[j * pl.window + 2 * lane], src[j * pl.window + 2 * lane + 1]);
+            }
           }
-          *reinterpret_cast<uint32_t*>(stage + Tr::kDyBytes + n * 128 + (swizzle_chunk(n, lane >> 2) << 4) + word) = v;
+          uint8_t* dst = stage + Tr::kDyBytes + n0 * 128 + word;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) *reinterpret_cast<uint32_t*>(dst + j * 128 + (((lane >> 2) ^ j) << 4)) = v[j];
         }
         if constexpr (std::is_same_v<T, float>) {
           if (tf32) {
             float4* dyv = reinterpret_cast<float4*>(stage);
+#pragma unroll 4
             for (int i = threadIdx.x - 32; i < Tr::kDyBytes / 16; i += Tr::kShifters) {
               float4 f = dyv[i];
               f.x = round_tf32(f.x);
