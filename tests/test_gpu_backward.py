@@ -106,7 +106,7 @@ def test_weight_gradient_of_unaligned_tensors(dtype):
     shape = (2, 64, 512)
     n = shape[0] * shape[1] * shape[2]
     x = torch.randn(n + 1, generator=g).to(DEV, dtype)[1:].view(shape)
-    gy = torch.randn(n + 1, generator=g).to(DEV, dtype)[1:].view(2, 48, 512)
+    gy = torch.randn(2 * 48 * 512 + 1, generator=g).to(DEV, dtype)[1:].view(2, 48, 512)
     w = (torch.randn(48, 64, 3, generator=g) / 8).to(DEV, dtype).requires_grad_(True)
     precision = "tf32" if dtype == torch.float32 else "auto"
     with count_launches() as launches, poisoned_outputs():
