@@ -163,7 +163,9 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
   p.precision = prec;
 
   const FwdChoice c = choose_forward(p, x, static_cast<KernelChoice>(g_forced.load()));
-  if (c.copy_x) x = x.contiguous();
+  // clone, not contiguous(): a contiguous view that starts off a 16-byte boundary must be
+  // copied too, and contiguous() would return it as it is.
+  if (c.copy_x) x = x.clone(at::MemoryFormat::Contiguous);
   p.x = x.data_ptr();
   p.sx_b = x.stride(0);
   p.sx_c = x.stride(1);
