@@ -5,6 +5,10 @@ PyTorch reference.
   conv_fwd(x, weight, bias, dilation, groups, precision)          -> y
   conv_input_grad(grad_y, weight, dilation, groups, precision)    -> grad_x
   conv_weight_grad(grad_y, x, kernel_size, dilation, groups, precision) -> grad_weight
+  conv_backward(grad_y, x, weight, dilation, groups, precision)   -> (grad_x, grad_weight)
+
+conv_backward is the two gradient ops in one call, for the common case of both being
+needed: one operator dispatch instead of two, which is most of a small problem's time.
 
 Each is differentiable (the two gradient ops are linear in both arguments, so their own
 gradients are these ops again), which makes double backward work.  Being opaque operators,
@@ -25,6 +29,8 @@ _lib.define("conv_fwd(Tensor x, Tensor weight, Tensor? bias, int dilation, int g
 _lib.define("conv_input_grad(Tensor grad_y, Tensor weight, int dilation, int groups, str precision) -> Tensor")
 _lib.define("conv_weight_grad(Tensor grad_y, Tensor x, int kernel_size, int dilation, int groups, str precision)"
             " -> Tensor")
+_lib.define("conv_backward(Tensor grad_y, Tensor x, Tensor weight, int dilation, int groups, str precision)"
+            " -> (Tensor, Tensor)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -161,6 +167,22 @@ def _conv_weight_grad_cuda(grad_y, x, kernel_size, dilation, groups, precision):
     return _build.load().weight_grad(grad_y, x, kernel_size, dilation, groups, prec)
 
 
+@torch.library.impl(_lib, "conv_backward", "CompositeExplicitAutograd")
+def _conv_backward_ref(grad_y, x, weight, dilation, groups, precision):
+    return (_ref_input_grad(grad_y, weight, dilation, groups, precision),
+            _ref_weight_grad(grad_y, x, weight.shape[-1], dilation, groups, precision))
+
+
+@torch.library.impl(_lib, "conv_backward", "CUDA")
+def _conv_backward_cuda(grad_y, x, weight, dilation, groups, precision):
+    if not _use_kernels(x):
+        return _conv_backward_ref(grad_y, x, weight, dilation, groups, precision)
+    prec = _precision.code(precision, x.dtype, (x.shape, weight.shape, dilation, groups, x.device))
+    ext = _build.load()
+    return (ext.input_grad(grad_y, weight, dilation, groups, prec),
+            ext.weight_grad(grad_y, x, weight.shape[-1], dilation, groups, prec))
+
+
 # ---------------------------------------------------------------------------------------
 # Fake implementations (shapes only) for torch.compile and meta tensors.
 
@@ -177,6 +199,11 @@ def _conv_input_grad_fake(grad_y, weight, dilation, groups, precision):
 @torch.library.register_fake("causalconv::conv_weight_grad")
 def _conv_weight_grad_fake(grad_y, x, kernel_size, dilation, groups, precision):
     return x.new_empty((grad_y.shape[1], x.shape[1] // groups, kernel_size))
+
+
+@torch.library.register_fake("causalconv::conv_backward")
+def _conv_backward_fake(grad_y, x, weight, dilation, groups, precision):
+    return x.new_empty(x.shape), weight.new_empty(weight.shape)
 
 
 # ---------------------------------------------------------------------------------------
@@ -197,9 +224,11 @@ def _backward_fwd(ctx, grad_y):
     x, weight = ctx.saved_tensors
     dilation, groups, precision = ctx.conf
     gx = gw = gb = None
-    if ctx.needs_input_grad[0]:
+    if ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+        gx, gw = _ops.conv_backward(grad_y, x, weight, dilation, groups, precision)
+    elif ctx.needs_input_grad[0]:
         gx = _ops.conv_input_grad(grad_y, weight, dilation, groups, precision)
-    if ctx.needs_input_grad[1]:
+    elif ctx.needs_input_grad[1]:
         gw = _ops.conv_weight_grad(grad_y, x, weight.shape[-1], dilation, groups, precision)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         gb = grad_y.sum(dim=(0, 2))
@@ -240,7 +269,32 @@ def _backward_weight_grad(ctx, g):
     return g_gy, g_x, None, None, None, None
 
 
+def _setup_backward(ctx, inputs, output):
+    grad_y, x, weight, dilation, groups, precision = inputs
+    ctx.save_for_backward(grad_y, x, weight)
+    ctx.conf = (dilation, groups, precision)
+
+
+def _backward_backward(ctx, g_gx, g_gw):
+    """conv_backward's outputs are linear in grad_y and in x / weight: the gradients of
+    grad_x = input_grad(grad_y, weight) and grad_weight = weight_grad(grad_y, x) combined."""
+    grad_y, x, weight = ctx.saved_tensors
+    dilation, groups, precision = ctx.conf
+    g_gy = g_x = g_w = None
+    if ctx.needs_input_grad[0]:
+        parts = [] if g_gx is None else [_ops.conv_fwd(g_gx, weight, None, dilation, groups, precision)]
+        if g_gw is not None:
+            parts.append(_ops.conv_fwd(x, g_gw, None, dilation, groups, precision))
+        g_gy = sum(parts[1:], parts[0]) if parts else None
+    if ctx.needs_input_grad[1] and g_gw is not None:
+        g_x = _ops.conv_input_grad(grad_y, g_gw, dilation, groups, precision)
+    if ctx.needs_input_grad[2] and g_gx is not None:
+        g_w = _ops.conv_weight_grad(grad_y, g_gx, weight.shape[-1], dilation, groups, precision)
+    return g_gy, g_x, g_w, None, None, None
+
+
 torch.library.register_autograd("causalconv::conv_fwd", _backward_fwd, setup_context=_setup_fwd)
 torch.library.register_autograd("causalconv::conv_input_grad", _backward_input_grad, setup_context=_setup_input_grad)
 torch.library.register_autograd("causalconv::conv_weight_grad", _backward_weight_grad,
                                 setup_context=_setup_weight_grad)
+torch.library.register_autograd("causalconv::conv_backward", _backward_backward, setup_context=_setup_backward)

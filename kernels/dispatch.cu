@@ -163,7 +163,9 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
   p.precision = prec;
 
   const FwdChoice c = choose_forward(p, x, static_cast<KernelChoice>(g_forced.load()));
-  if (c.copy_x) x = x.contiguous();
+  // clone, not contiguous(): a contiguous view that starts off a 16-byte boundary must be
+  // copied too, and contiguous() would return it as it is.
+  if (c.copy_x) x = x.clone(at::MemoryFormat::Contiguous);
   p.x = x.data_ptr();
   p.sx_b = x.stride(0);
   p.sx_c = x.stride(1);
@@ -270,7 +272,7 @@ at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t 
 
   const auto forced = static_cast<KernelChoice>(g_forced.load());
   const bool wgmma = sm_major() == 9 && built_for_sm90a();
-  bool tc = wgmma && wgrad_tc_supports(p) && L % vec_elems(dtype) == 0;
+  bool tc = wgmma && wgrad_tc_supports(p, dtype);
   // A forced forward family forces the weight gradient only where it has a kernel of that
   // family (wgmma); otherwise the CUDA-core kernel runs.
   if (forced == KernelChoice::kAuto) tc = tc && p.cin_g >= 16 && p.cout_g >= 16;

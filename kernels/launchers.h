@@ -32,9 +32,9 @@ struct WgradParams {
 };
 int wgrad_generic_splits(const WgradParams& p, int sm_count);
 void launch_wgrad_generic(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
-// Tensor cores (sm_90a): K <= 8, (K-1)*dilation <= 64, TF32 or 16-bit, rows of x and dy
-// 16-byte aligned.
-bool wgrad_tc_supports(const WgradParams& p);
+// Tensor cores (sm_90a, TMA): any K and dilation, TF32 or 16-bit; x and dy 16-byte
+// aligned with rows of a multiple of 16 bytes.
+bool wgrad_tc_supports(const WgradParams& p, at::ScalarType dtype);
 int wgrad_tc_splits(const WgradParams& p, at::ScalarType dtype, int sm_count);
 void launch_wgrad_tc(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
 void launch_wgrad_reduce(const float* ws, void* dw, int64_t n, int splits, at::ScalarType dtype, cudaStream_t stream);

@@ -52,6 +52,7 @@ for step in $STEPS; do
           --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
           $PY scripts/profile_case.py "$1" "$2"
       done ;;
+    breakdown) run breakdown $PY scripts/bwd_breakdown.py ;;
     bench) run bench $PY -m causalconv bench --out "$OUT/h200.json" ${BENCH_ARGS:-} ;;
     *) echo "unknown step $step" ;;
   esac

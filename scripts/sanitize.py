@@ -22,6 +22,8 @@ cases = [  # B, C_in, C_out, groups, K, dilation, L
     (1, 40, 72, 1, 7, 40, 8),
     (2, 8, 16, 8, 3, 2, 1030),
     (8, 64, 64, 1, 3, 1, 8192),  # more blocks than SMs, so several waves share the scratch image
+    (2, 32, 32, 1, 2, 100, 264),  # taps further apart than a weight-gradient stage is long
+    (1, 48, 40, 1, 40, 1, 64),  # more taps than one weight-gradient tile holds
 ]
 n = 0
 for kernel in kernels:

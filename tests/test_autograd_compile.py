@@ -33,6 +33,7 @@ def _samples():
         (OPS.conv_fwd.default, (x, w, None, 1, 2, "ieee")),
         (OPS.conv_input_grad.default, (gy, w, 2, 2, "auto")),
         (OPS.conv_weight_grad.default, (gy, x, 3, 2, 2, "auto")),
+        (OPS.conv_backward.default, (gy, x, w, 2, 2, "auto")),
     ]
 
 
@@ -48,6 +49,16 @@ def test_fake_shapes_on_meta():
     gy = torch.empty(3, 16, 100, device="meta")
     assert OPS.conv_input_grad(gy, w, 2, 2, "auto").shape == (3, 8, 100)
     assert OPS.conv_weight_grad(gy, x, 5, 2, 2, "auto").shape == (16, 4, 5)
+    gx, gw = OPS.conv_backward(gy, x, w, 2, 2, "auto")
+    assert gx.shape == x.shape and gw.shape == w.shape
+
+
+def test_fused_backward_matches_the_separate_gradient_ops():
+    torch.manual_seed(2)
+    gy, x, w = torch.randn(2, 6, 11), torch.randn(2, 4, 11), torch.randn(6, 2, 3)
+    gx, gw = OPS.conv_backward(gy, x, w, 2, 2, "auto")
+    torch.testing.assert_close(gx, OPS.conv_input_grad(gy, w, 2, 2, "auto"), rtol=0, atol=0)
+    torch.testing.assert_close(gw, OPS.conv_weight_grad(gy, x, 3, 2, 2, "auto"), rtol=0, atol=0)
 
 
 def _model():

@@ -68,7 +68,8 @@ def test_gradients_grid(dtype, precision, k, kernel):
 
 
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
-@pytest.mark.parametrize("k,dilation", [(1, 1), (2, 1), (3, 2), (4, 1), (4, 5), (5, 3), (7, 4), (8, 9)])
+@pytest.mark.parametrize("k,dilation", [(1, 1), (2, 1), (3, 2), (4, 1), (4, 5), (5, 3), (7, 4), (8, 9), (16, 1),
+                                        (3, 40), (2, 512)])  # d=512: one tap per tile, two tiles of taps
 def test_tensor_core_weight_gradient(dtype, precision, k, dilation):
     if not ext().has_wgmma():
         pytest.skip("wgmma needs an sm_90 GPU")
@@ -78,6 +79,41 @@ def test_tensor_core_weight_gradient(dtype, precision, k, dilation):
         for c_in, c_out, groups, length in ((96, 160, 1, 1000), (256, 256, 1, 4096), (192, 64, 2, 8), (257, 33, 1, 64)):
             _check(c_in, c_out, groups, k, dilation, length, dtype, precision, True, "contiguous", k * 100 + length,
                    f"wgmma {c_in}->{c_out} g={groups} K={k} d={dilation} L={length}")
+
+
+@pytest.mark.parametrize("k,dilation", [(2, 512), (12, 1), (40, 3)])
+def test_long_or_dilated_weight_gradient_runs_on_tensor_cores(k, dilation):
+    """The taps' tiles are cut from a raw x window per stage (several tiles of taps when the
+    span is wide), so no K or dilation sends the weight gradient to the CUDA-core kernel."""
+    if not ext().has_wgmma():
+        pytest.skip("wgmma needs an sm_90 GPU")
+    g = torch.Generator().manual_seed(k)
+    x = torch.randn(2, 64, 2048, generator=g).to(DEV)
+    w = (torch.randn(64, 64, k, generator=g) / (8 * k**0.5)).to(DEV).requires_grad_(True)
+    gy = torch.randn(2, 64, 2048, generator=g).to(DEV)
+    with count_launches() as n, poisoned_outputs():
+        dw = torch.autograd.grad(causal_conv1d(x, w, dilation=dilation, precision="tf32"), [w], gy)[0]
+    assert n["wgrad_wgmma"] == 1 and n["wgrad_generic"] == 0, n
+    exact = _exact_grads(x, w, None, gy, dilation, 1, "tf32")[1]
+    assert_close(dw, exact, torch.float32, "tf32", "dw", label=f"wgmma K={k} d={dilation}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_weight_gradient_of_unaligned_tensors(dtype):
+    """Contiguous views that start off a 16-byte boundary cannot be TMA sources: the CUDA-core
+    kernel takes them, with the same answer."""
+    g = torch.Generator().manual_seed(3)
+    shape = (2, 64, 512)
+    n = shape[0] * shape[1] * shape[2]
+    x = torch.randn(n + 1, generator=g).to(DEV, dtype)[1:].view(shape)
+    gy = torch.randn(2 * 48 * 512 + 1, generator=g).to(DEV, dtype)[1:].view(2, 48, 512)
+    w = (torch.randn(48, 64, 3, generator=g) / 8).to(DEV, dtype).requires_grad_(True)
+    precision = "tf32" if dtype == torch.float32 else "auto"
+    with count_launches() as launches, poisoned_outputs():
+        dw = torch.autograd.grad(causal_conv1d(x, w, None, 2, 1, precision), [w], gy)[0]
+    assert launches["wgrad_generic"] == 1, launches
+    exact = _exact_grads(x, w, None, gy, 2, 1, precision)[1]
+    assert_close(dw, exact, dtype, precision, "dw", label="unaligned")
 
 
 @pytest.mark.parametrize("kernel", ["auto", "generic"])
@@ -148,6 +184,7 @@ def test_opcheck_on_cuda():
     gy = torch.randn(2, 48, 64, device=DEV)
     torch.library.opcheck(torch.ops.causalconv.conv_input_grad.default, (gy, w, 2, 2, "auto"))
     torch.library.opcheck(torch.ops.causalconv.conv_weight_grad.default, (gy, x, 3, 2, 2, "auto"))
+    torch.library.opcheck(torch.ops.causalconv.conv_backward.default, (gy, x, w, 2, 2, "auto"))
 
 
 def test_compiled_training_step_on_gpu():

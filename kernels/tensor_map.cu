@@ -1,0 +1,61 @@
+#include "tensor_map.h"
+
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <mutex>
+
+#include "common.cuh"
+
+namespace causalconv {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CAUSALCONV_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &found));
+    TORCH_CHECK(found == cudaDriverEntryPointSuccess && ptr != nullptr,
+                "causalconv: the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a CUDA 12 driver)");
+    fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  });
+  return fn;
+}
+
+CUtensorMapDataType tma_dtype(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    case at::kHalf: return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    case at::kBFloat16: return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    default: TORCH_CHECK(false, "causalconv: no TMA element type for ", dtype);
+  }
+}
+
+}  // namespace
+
+CUtensorMap make_row_tensor_map(const void* data, at::ScalarType dtype, int64_t rows, int64_t L, int box_l,
+                                int box_rows, bool swizzle128) {
+  const int64_t elem = c10::elementSize(dtype);
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(data) % 16 == 0 && (L * elem) % 16 == 0,
+              "causalconv: TMA needs 16-byte aligned rows (L = ", L, ")");
+  TORCH_CHECK((swizzle128 ? box_l * elem == 128 : (box_l * elem) % 16 == 0 && box_l <= 256) && box_rows >= 1 &&
+                  box_rows <= 256,
+              "causalconv: TMA box ", box_l, " x ", box_rows, " is not a valid ",
+              swizzle128 ? "128-byte-swizzled" : "dense", " box");
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(L), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(L * elem)};  // bytes between rows
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_l), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode_fn()(&map, tma_dtype(dtype), 2, const_cast<void*>(data), dims, strides, box,
+                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TORCH_CHECK(r == CUDA_SUCCESS, "causalconv: cuTensorMapEncodeTiled failed with error ", static_cast<int>(r),
+              " (rows ", rows, ", L ", L, ", box ", box_l, " x ", box_rows, ")");
+  return map;
+}
+
+}  // namespace causalconv

@@ -1,0 +1,19 @@
+// TMA descriptors (CUtensorMap) for row-major 2-D views of (B, C, L) tensors, built through
+// the driver entry point so the extension links only against the CUDA runtime.
+#pragma once
+#include <ATen/ATen.h>
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace causalconv {
+
+// A [rows][L] view of `data` (unit stride along L, rows L elements apart), copied in boxes
+// of box_l x box_rows elements.  swizzle128: the box lands in the 128-byte-swizzled layout
+// wgmma reads (box_l * element size must then be 128); otherwise rows are stored densely.
+// Needs `data` 16-byte aligned and L * element size a multiple of 16; a copy's start along
+// L must be a multiple of 16 bytes too (the hardware faults otherwise).
+CUtensorMap make_row_tensor_map(const void* data, at::ScalarType dtype, int64_t rows, int64_t L, int box_l,
+                                int box_rows, bool swizzle128);
+
+}  // namespace causalconv

@@ -1,0 +1,33 @@
+"""Where the backward's time goes: forward, dx alone (frozen weight), dW alone (x without
+grad) for a few shapes, median CUDA-event times with L2 flushed.
+    python scripts/bwd_breakdown.py [B,Cin,Cout,K,d,L ...]"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from causalconv import causal_conv1d  # noqa: E402
+from causalconv._timing import time_cuda  # noqa: E402
+
+shapes = [tuple(int(v) for v in s.split(",")) for s in sys.argv[1:]] or [
+    (32, 256, 256, 4, 1, 8192), (8, 1024, 1024, 4, 1, 4096), (16, 64, 64, 2, 512, 16384), (32, 128, 128, 7, 4, 4096)]
+for shape in shapes:
+    b, c_in, c_out, k, d, length = shape
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(b, c_in, length, device="cuda", dtype=dtype)
+        w = torch.randn(c_out, c_in, k, device="cuda", dtype=dtype) / (c_in * k) ** 0.5
+        gy = torch.randn(b, c_out, length, device="cuda", dtype=dtype)
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y_dx = causal_conv1d(xg, w, None, d)
+        y_dw = causal_conv1d(x, wg, None, d)
+        gflop = 2 * b * c_in * c_out * k * length / 1e9
+        t = {
+            "fwd": time_cuda(lambda: causal_conv1d(x, w, None, d), min_reps=30, budget_s=0.4)["median_ms"],
+            "dx": time_cuda(lambda: torch.autograd.grad(y_dx, [xg], gy, retain_graph=True), min_reps=30,
+                            budget_s=0.4)["median_ms"],
+            "dw": time_cuda(lambda: torch.autograd.grad(y_dw, [wg], gy, retain_graph=True), min_reps=30,
+                            budget_s=0.4)["median_ms"],
+        }
+        print(f"{shape} {str(dtype)[6:]:9s} " + "  ".join(f"{n} {v:.3f} ms ({gflop / v:.0f} TFLOP/s)"
+                                                          for n, v in t.items()), flush=True)
