@@ -43,7 +43,7 @@ for step in $STEPS; do
     tests) run tests $PY -m pytest -q -rs ${PYTEST_ARGS:-tests} ;;
     sanitize)
       run memcheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 $PY scripts/sanitize.py
-      run racecheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool racecheck --error-exitcode 1 $PY scripts/sanitize.py ;;
+      run racecheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 SANITIZE_KERNELS=${RACECHECK_KERNELS:-} compute-sanitizer --tool racecheck --error-exitcode 1 $PY scripts/sanitize.py ;;
     profile)
       for spec in "fwd float32 fwd_kernel" "fwd bfloat16 fwd_kernel" "bwd float32 wgrad_kernel"; do
         set -- $spec

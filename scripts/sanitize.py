@@ -4,8 +4,10 @@
         python scripts/sanitize.py
 
 Shapes are small (the sanitizer slows kernels 10-100x) but cover partial tiles, halos
-larger than a tile, groups, depthwise, both fp32 modes and a 16-bit type."""
+larger than a tile, groups, depthwise, both fp32 modes and a 16-bit type.  SANITIZE_KERNELS
+(e.g. "wgmma") limits the run to some kernel families: racecheck is slow."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +18,8 @@ from causalconv import _build, causal_conv1d  # noqa: E402
 
 ext = _build.load()
 kernels = ["generic", "mma"] + (["wgmma"] if ext.has_wgmma() else [])
+if os.environ.get("SANITIZE_KERNELS"):
+    kernels = [k for k in kernels if k in os.environ["SANITIZE_KERNELS"].split(",")]
 cases = [  # B, C_in, C_out, groups, K, dilation, L
     (2, 96, 160, 1, 4, 1, 264),
     (1, 64, 32, 2, 5, 3, 40),
