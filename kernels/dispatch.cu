@@ -78,6 +78,7 @@ struct FwdChoice {
   KernelKind kind;
   int bn = 64;
   bool copy_x = false;  // tensor cores after one contiguous copy of x
+  bool tma = false;     // the wgmma family's TMA kernel rather than the register-A one
 };
 
 FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice forced) {
@@ -86,9 +87,12 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
   const bool x_ok = tc_layout_ok(x);
   const bool can_copy = x.size(2) % vec_elems(x.scalar_type()) == 0;
   FwdChoice c{KernelKind::kFwdGeneric};
-  auto tensor_cores = [&](bool use_wgmma) {
+  auto tensor_cores = [&](bool use_wgmma, bool register_a) {
     c.kind = use_wgmma ? KernelKind::kFwdWgmma : KernelKind::kFwdMma;
     c.copy_x = !x_ok;
+    // After the copy (if any) x meets the TMA kernel's layout needs; 3xTF32 stays on the
+    // register-A kernel.
+    c.tma = use_wgmma && !register_a && p.precision != Precision::kTF32x3;
     // 128 output channels per block when the channel count and the grid are large
     // enough; the 3xTF32 split always uses 64 (register budget).
     const int64_t blocks128 = ceil_div(p.cout_g, 128) * p.groups * ceil_div(p.L, 256) * p.B;
@@ -101,13 +105,14 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
       c.kind = KernelKind::kFwdDepthwise;
       return c;
     case KernelChoice::kWgmma:
+    case KernelChoice::kWgmmaRegisterA:
     case KernelChoice::kMma: {
-      const bool use_wgmma = forced == KernelChoice::kWgmma;
+      const bool use_wgmma = forced != KernelChoice::kMma;
       TORCH_CHECK(!use_wgmma || wgmma, "causalconv: wgmma needs an sm_90 GPU and an sm_90a build");
       TORCH_CHECK(tc_arch, "causalconv: tensor cores need compute capability 8.0 or newer");
       TORCH_CHECK(x_ok || can_copy, "causalconv: tensor-core kernels need L to be a multiple of ",
                   vec_elems(x.scalar_type()));
-      tensor_cores(use_wgmma);
+      tensor_cores(use_wgmma, forced == KernelChoice::kWgmmaRegisterA);
       return c;
     }
     case KernelChoice::kAuto: break;
@@ -116,7 +121,7 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
     c.kind = KernelKind::kFwdDepthwise;
   } else if (tc_arch && (x_ok || can_copy) && p.cin_g >= 16 && p.cout_g >= 16) {
     // Narrow groups would fill the 32/64-channel chunks mostly with zeros.
-    tensor_cores(wgmma);
+    tensor_cores(wgmma, false);
   }
   return c;
 }
@@ -184,7 +189,14 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
   const auto dtype = x.scalar_type();
   switch (c.kind) {
     case KernelKind::kFwdDepthwise: launch_fwd_depthwise(p, dtype, stream); break;
-    case KernelKind::kFwdWgmma: launch_fwd_tc(p, dtype, TcKernel::kWgmma, c.bn, stream); break;
+    case KernelKind::kFwdWgmma:
+      if (c.tma) {
+        TORCH_CHECK(fwd_tma_supports(p, dtype), "causalconv: internal error: x layout unfit for the TMA forward");
+        launch_fwd_tma(p, dtype, sm_count(), stream);
+      } else {
+        launch_fwd_tc(p, dtype, TcKernel::kWgmma, c.bn, stream);
+      }
+      break;
     case KernelKind::kFwdMma: launch_fwd_tc(p, dtype, TcKernel::kMmaSync, c.bn, stream); break;
     default: launch_fwd_generic(p, dtype, stream); break;
   }
@@ -201,8 +213,9 @@ void set_forced_kernel(const std::string& name) {
   else if (name == "generic") k = KernelChoice::kGeneric;
   else if (name == "depthwise") k = KernelChoice::kDepthwise;
   else if (name == "wgmma") k = KernelChoice::kWgmma;
+  else if (name == "wgmma-ra") k = KernelChoice::kWgmmaRegisterA;
   else if (name == "mma") k = KernelChoice::kMma;
-  else TORCH_CHECK(false, "causalconv: kernel must be one of auto, generic, depthwise, wgmma, mma; got '", name, "'");
+  else TORCH_CHECK(false, "causalconv: kernel must be one of auto, generic, depthwise, wgmma, wgmma-ra, mma; got '", name, "'");
   g_forced.store(static_cast<int>(k));
 }
 
@@ -276,7 +289,7 @@ at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t 
   // A forced forward family forces the weight gradient only where it has a kernel of that
   // family (wgmma); otherwise the CUDA-core kernel runs.
   if (forced == KernelChoice::kAuto) tc = tc && p.cin_g >= 16 && p.cout_g >= 16;
-  else if (forced != KernelChoice::kWgmma) tc = false;
+  else if (forced != KernelChoice::kWgmma && forced != KernelChoice::kWgmmaRegisterA) tc = false;
 
   const int sms = sm_count();
   p.splits = tc ? wgrad_tc_splits(p, dtype, sms) : wgrad_generic_splits(p, sms);

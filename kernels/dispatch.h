@@ -24,7 +24,9 @@ enum class KernelKind : int {
 constexpr int kNumKernelKinds = 7;
 
 // A test/benchmark override of the automatic choice.
-enum class KernelChoice : int { kAuto = 0, kGeneric, kDepthwise, kWgmma, kMma };
+// kWgmma runs the TMA kernel where it applies; kWgmmaRegisterA the wgmma kernel that
+// reads x from registers (the one 3xTF32 always uses).
+enum class KernelChoice : int { kAuto = 0, kGeneric, kDepthwise, kWgmma, kWgmmaRegisterA, kMma };
 
 at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
                    int64_t dilation, int64_t groups, int64_t precision);

@@ -20,6 +20,7 @@
 #include "launchers.h"
 #include "scratch.h"
 #include "tc_common.cuh"
+#include "weight_image.cuh"
 
 namespace causalconv {
 namespace tc {
@@ -56,42 +57,6 @@ struct FwdPlan {
   int x_offset;      // bytes from a stage's start to its x tile
   int stage_bytes;
 };
-
-// ---------------------------------------------------------------------------------
-// Weight image: for each (group, o tile, i chunk, tap) a BN x kCI block, row o holding
-// input channels ic*kCI .. ic*kCI + kCI - 1 with the 128-byte swizzle, zero padded.
-template <typename T, Precision P, int BN>
-__global__ void weight_image_kernel(const T* __restrict__ w, T* __restrict__ hi, T* __restrict__ lo, int cout_g,
-                                    int cin_g, int K, int n_ot, int n_ic, int64_t total) {
-  using Tr = FwdTraits<T, P, BN>;
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t r = e;
-    const int pos = static_cast<int>(r % Tr::kCI);
-    r /= Tr::kCI;
-    const int o = static_cast<int>(r % BN);
-    r /= BN;
-    const int k = static_cast<int>(r % K);
-    r /= K;
-    const int ic = static_cast<int>(r % n_ic);
-    r /= n_ic;
-    const int ot = static_cast<int>(r % n_ot);
-    const int64_t g = r / n_ot;
-    const int chunk = swizzle_chunk(o, pos / Tr::kV);  // the swizzle is its own inverse
-    const int ci = ic * Tr::kCI + chunk * Tr::kV + pos % Tr::kV;
-    const int og = ot * BN + o;
-    const bool ok = og < cout_g && ci < cin_g;
-    const T v = ok ? w[((g * cout_g + og) * cin_g + ci) * K + k] : from_float<T>(0.f);
-    if constexpr (P == Precision::kNative) {
-      hi[e] = v;
-    } else {
-      const float f = to_float(v);
-      const float h = round_tf32(f);
-      hi[e] = from_float<T>(h);
-      if constexpr (Tr::kSplit) lo[e] = from_float<T>(round_tf32(f - h));
-    }
-  }
-}
 
 // ---------------------------------------------------------------------------------
 template <class Tr, typename T>
@@ -455,17 +420,11 @@ void launch(const ConvParams& p, cudaStream_t stream) {
 
   // The image lives in this stream's scratch buffer (no allocation per call); the lease
   // is held until the conv kernel that reads it has been enqueued.
-  const int64_t image = static_cast<int64_t>(p.groups) * plan.n_ot * plan.n_ic * p.K * BN * Tr::kCI;
+  const int64_t image = weight_image_elems<T, BN>(p);
   ScratchLease scratch(static_cast<size_t>(image) * (Tr::kSplit ? 2 : 1) * sizeof(T), stream);
   T* hi = static_cast<T*>(scratch.data());
   T* lo = Tr::kSplit ? hi + image : nullptr;
-  {
-    const int threads = 256;
-    const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(image, threads), 4096));
-    weight_image_kernel<T, P, BN><<<blocks, threads, 0, stream>>>(static_cast<const T*>(p.w), hi, lo, p.cout_g,
-                                                                   p.cin_g, p.K, plan.n_ot, plan.n_ic, image);
-    CAUSALCONV_CHECK_LAUNCH("weight_image");
-  }
+  write_weight_image<T, P, BN>(p, hi, lo, stream);
   plan.w_hi = hi;
   plan.w_lo = lo;
 

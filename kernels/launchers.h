@@ -17,6 +17,10 @@ void launch_fwd_depthwise(const ConvParams& p, at::ScalarType dtype, cudaStream_
 // Tensor cores.  Needs x unit-stride along L with 16-byte aligned rows, L a multiple of
 // 16 bytes' worth of elements; bn in {64, 128} output channels per block.
 void launch_fwd_tc(const ConvParams& p, at::ScalarType dtype, TcKernel kind, int bn, cudaStream_t stream);
+// Tensor cores on sm_90a with TMA and both MMA operands in shared memory (fwd_tma.cu):
+// TF32 or 16-bit, x with unit stride along L and 16-byte aligned rows, y contiguous.
+bool fwd_tma_supports(const ConvParams& p, at::ScalarType dtype);
+void launch_fwd_tma(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream);
 
 // Weight gradient into a float32 workspace of `splits` partial sums laid out as
 // [splits][C_out][cin_g][K]; launch_wgrad_reduce then adds them in split order into dw.

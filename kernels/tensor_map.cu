@@ -33,6 +33,20 @@ CUtensorMapDataType tma_dtype(at::ScalarType dtype) {
   }
 }
 
+// Encodes a tiled map; strides are in bytes, for dimensions 1 .. rank-1.
+CUtensorMap encode(const void* data, at::ScalarType dtype, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                   const cuuint32_t* box, bool swizzle128) {
+  CUtensorMap map;
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = encode_fn()(&map, tma_dtype(dtype), rank, const_cast<void*>(data), dims, strides, box,
+                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TORCH_CHECK(r == CUDA_SUCCESS, "causalconv: cuTensorMapEncodeTiled failed with error ", static_cast<int>(r),
+              " (dims ", dims[0], " x ", dims[1], ", box ", box[0], " x ", box[1], ")");
+  return map;
+}
+
 }  // namespace
 
 CUtensorMap make_row_tensor_map(const void* data, at::ScalarType dtype, int64_t rows, int64_t L, int box_l,
@@ -44,18 +58,23 @@ CUtensorMap make_row_tensor_map(const void* data, at::ScalarType dtype, int64_t 
                   box_rows <= 256,
               "causalconv: TMA box ", box_l, " x ", box_rows, " is not a valid ",
               swizzle128 ? "128-byte-swizzled" : "dense", " box");
-  CUtensorMap map;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(L), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(L * elem)};  // bytes between rows
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_l), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode_fn()(&map, tma_dtype(dtype), 2, const_cast<void*>(data), dims, strides, box,
-                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                 swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  TORCH_CHECK(r == CUDA_SUCCESS, "causalconv: cuTensorMapEncodeTiled failed with error ", static_cast<int>(r),
-              " (rows ", rows, ", L ", L, ", box ", box_l, " x ", box_rows, ")");
-  return map;
+  return encode(data, dtype, 2, dims, strides, box, swizzle128);
+}
+
+CUtensorMap make_bcl_tensor_map(const void* data, at::ScalarType dtype, int64_t B, int64_t C, int64_t L, int64_t s_b,
+                                int64_t s_c, int box_l, int box_c) {
+  const int64_t elem = c10::elementSize(dtype);
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(data) % 16 == 0 && (s_c * elem) % 16 == 0 && (s_b * elem) % 16 == 0,
+              "causalconv: TMA needs 16-byte aligned rows (strides ", s_b, ", ", s_c, ")");
+  TORCH_CHECK((box_l * elem) % 16 == 0 && box_l <= 256 && box_c >= 1 && box_c <= 256, "causalconv: TMA box ", box_l,
+              " x ", box_c, " is not a valid dense box");
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(L), static_cast<cuuint64_t>(C), static_cast<cuuint64_t>(B)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(s_c * elem), static_cast<cuuint64_t>(s_b * elem)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_l), static_cast<cuuint32_t>(box_c), 1};
+  return encode(data, dtype, 3, dims, strides, box, false);
 }
 
 }  // namespace causalconv

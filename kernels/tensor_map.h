@@ -1,4 +1,4 @@
-// TMA descriptors (CUtensorMap) for row-major 2-D views of (B, C, L) tensors, built through
+// TMA descriptors (CUtensorMap) for (B, C, L) tensors, built through
 // the driver entry point so the extension links only against the CUDA runtime.
 #pragma once
 #include <ATen/ATen.h>
@@ -15,5 +15,11 @@ namespace causalconv {
 // L must be a multiple of 16 bytes too (the hardware faults otherwise).
 CUtensorMap make_row_tensor_map(const void* data, at::ScalarType dtype, int64_t rows, int64_t L, int box_l,
                                 int box_rows, bool swizzle128);
+
+// A (B, C, L) tensor with unit stride along L and strides s_b, s_c (elements, multiples
+// of 16 bytes), copied in boxes of box_l x box_c elements of one batch, stored densely.
+// Coordinates outside the tensor (t < 0 or >= L, channels >= C) read as zeros.
+CUtensorMap make_bcl_tensor_map(const void* data, at::ScalarType dtype, int64_t B, int64_t C, int64_t L, int64_t s_b,
+                                int64_t s_c, int box_l, int box_c);
 
 }  // namespace causalconv

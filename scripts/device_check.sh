@@ -2,6 +2,8 @@
 # Everything that needs the GPU, in one device call: environment, JIT build, the test
 # suite, compute-sanitizer, the benchmark.  Logs and JSON go to $OUT.
 #   STEPS="env build tests sanitize bench" PYTEST_ARGS="..." BENCH_ARGS="..." scripts/device_check.sh
+# Each step is cut off after STEP_TIMEOUT seconds (default 900), so a hang cannot take the
+# rest of the run with it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/causalconv-out}
@@ -20,7 +22,7 @@ run() {  # name, command...
   local name=$1; shift
   echo "=== $name: $*"
   local t0=$SECONDS
-  "$@" > "$LOGS/$name.log" 2>&1
+  timeout "${STEP_TIMEOUT:-900}" "$@" > "$LOGS/$name.log" 2>&1
   status[$name]=$?
   echo "=== $name: exit ${status[$name]} in $((SECONDS - t0)) s"
   tail -n "${TAIL:-25}" "$LOGS/$name.log"
@@ -53,6 +55,7 @@ for step in $STEPS; do
           $PY scripts/profile_case.py "$1" "$2"
       done ;;
     breakdown) run breakdown $PY scripts/bwd_breakdown.py ;;
+    ab) run ab $PY scripts/ab_forward.py ${AB_SHAPES:-} ;;
     bench) run bench $PY -m causalconv bench --out "$OUT/h200.json" ${BENCH_ARGS:-} ;;
     *) echo "unknown step $step" ;;
   esac

@@ -55,11 +55,13 @@ def test_cuda_core_kernels_grid(dtype, precision, k, groups):
 def _tc_kernels():
     names = ["mma"]
     if torch.cuda.is_available() and ext().has_wgmma():
-        names.insert(0, "wgmma")
+        names[:0] = ["wgmma", "wgmma-ra"]
     return names
 
 
-@pytest.mark.parametrize("kernel", ["wgmma", "mma"])
+# "wgmma" is the TMA kernel wherever it applies (not 3xTF32), "wgmma-ra" the one that
+# reads x from registers.
+@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-ra", "mma"])
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("k", KS)
 @pytest.mark.parametrize("groups", [1, 2])

@@ -1,0 +1,37 @@
+"""The two sm_90a forward kernels side by side on the benchmark grid: "wgmma" (TMA, both
+operands in shared memory) and "wgmma-ra" (x read from registers), median CUDA-event
+times with L2 flushed, and each one's normwise error against float64.
+    python scripts/ab_forward.py [B,Cin,Cout,K,d,L ...]"""
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from causalconv import _build, causal_conv1d  # noqa: E402
+from causalconv._timing import time_cuda  # noqa: E402
+from causalconv.bench import GRID  # noqa: E402
+from causalconv.reference import causal_conv1d_reference  # noqa: E402
+
+ext = _build.load()
+shapes = [tuple(int(v) for v in s.split(",")) for s in sys.argv[1:]] or GRID
+for shape in shapes:
+    b, c_in, c_out, k, d, length = shape
+    gflop = 2 * b * c_in * c_out * k * length / 1e9
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(b, c_in, length, device="cuda", dtype=dtype)
+        w = torch.randn(c_out, c_in, k, device="cuda", dtype=dtype) / (c_in * k) ** 0.5
+        bias = torch.randn(c_out, device="cuda", dtype=dtype)
+        n = min(b, 2)  # the float64 check on a batch slice keeps memory small
+        exact = causal_conv1d_reference(x[:n].double(), w.double(), bias.double(), d, 1)
+        line = f"{shape} {str(dtype)[6:]:9s}"
+        for kernel in ("wgmma", "wgmma-ra"):
+            ext.set_forced_kernel(kernel)
+            ext.set_poison_outputs(True)
+            y = causal_conv1d(x, w, bias, d, 1, "tf32")
+            ext.set_poison_outputs(False)
+            err = ((y[:n].double() - exact).norm() / exact.norm()).item()
+            ms = time_cuda(lambda: causal_conv1d(x, w, bias, d, 1, "tf32"), min_reps=30, budget_s=0.4)["median_ms"]
+            line += f"  {kernel} {ms:.3f} ms {gflop / ms:.0f} TFLOP/s err {err:.1e}"
+        ext.set_forced_kernel("auto")
+        print(line, flush=True)
