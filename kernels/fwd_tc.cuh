@@ -11,7 +11,9 @@
 // group), double-buffered.  x is the MMA's A operand, read from shared memory into
 // registers at the tap's shifted column, so the shift costs nothing; the weights are the
 // B operand.  On sm_90a the MMA is wgmma (two warpgroups, each 128 t x BN); elsewhere
-// mma.sync with the same staging.  The epilogue adds the bias and casts.
+// mma.sync with the same staging.  The epilogue adds the bias and casts.  On sm_90a the
+// dispatch runs this wgmma kernel only for the 3xTF32 split (or when forced as
+// "wgmma-ra"); fwd_tma.cu runs everywhere else (faster on most shapes, NOTES.md v8).
 #pragma once
 #include <ATen/ATen.h>
 
