@@ -1,7 +1,8 @@
-"""The two sm_90a forward kernels side by side on the benchmark grid: "wgmma" (TMA, both
-operands in shared memory) and "wgmma-ra" (x read from registers), median CUDA-event
-times with L2 flushed, and each one's normwise error against float64.
-    python scripts/ab_forward.py [B,Cin,Cout,K,d,L ...]"""
+"""sm_90a forward kernels side by side on the benchmark grid, median CUDA-event times with
+L2 flushed, and each one's normwise error against float64.  AB_KERNELS picks them
+(default: the TMA kernel and the register-A one).
+    AB_KERNELS=wgmma,wgmma-ra,mma python scripts/ab_forward.py [B,Cin,Cout,K,d,L ...]"""
+import os
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ for shape in shapes:
         n = min(b, 2)  # the float64 check on a batch slice keeps memory small
         exact = causal_conv1d_reference(x[:n].double(), w.double(), bias.double(), d, 1)
         line = f"{shape} {str(dtype)[6:]:9s}"
-        for kernel in ("wgmma", "wgmma-ra"):
+        for kernel in os.environ.get("AB_KERNELS", "wgmma,wgmma-ra").split(","):
             ext.set_forced_kernel(kernel)
             ext.set_poison_outputs(True)
             y = causal_conv1d(x, w, bias, d, 1, "tf32")
