@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Where one kernel's warps stall, per SASS line (ncu source page) plus the summary sections:
 #   OUT=dir scripts/ncu_stalls.sh KERNEL_REGEX fwd|bwd float32|bfloat16 [B,Cin,Cout,K,d,L]
+# scripts/ncu_summary.py reads the per-line CSV.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/causalconv-out}
