@@ -190,12 +190,8 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
   switch (c.kind) {
     case KernelKind::kFwdDepthwise: launch_fwd_depthwise(p, dtype, stream); break;
     case KernelKind::kFwdWgmma:
-      if (c.tma) {
-        TORCH_CHECK(fwd_tma_supports(p, dtype), "causalconv: internal error: x layout unfit for the TMA forward");
-        launch_fwd_tma(p, dtype, sm_count(), stream);
-      } else {
-        launch_fwd_tc(p, dtype, TcKernel::kWgmma, c.bn, stream);
-      }
+      if (c.tma) launch_fwd_tma(p, dtype, sm_count(), stream);  // which checks fwd_tma_supports
+      else launch_fwd_tc(p, dtype, TcKernel::kWgmma, c.bn, stream);
       break;
     case KernelKind::kFwdMma: launch_fwd_tc(p, dtype, TcKernel::kMmaSync, c.bn, stream); break;
     default: launch_fwd_generic(p, dtype, stream); break;

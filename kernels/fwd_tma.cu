@@ -42,19 +42,16 @@ namespace tc {
 namespace {
 
 template <typename T, int N>
-struct FwdTmaTraits {
-  static constexpr int kConsumers = 2;                     // warpgroups issuing MMAs
-  static constexpr int kThreads = 128 * (kConsumers + 1);  // plus the producer warpgroup
-  static constexpr int kShifters = 96;                     // producer warps 1-3
-  static constexpr int kBM = 64 * kConsumers;              // output channels per tile
-  static constexpr int kCI = kRowElems<T>;                 // input channels per stage
-  static constexpr int kV = kChunkElems<T>;                // TMA start granularity (16 bytes)
+struct FwdTmaTraits : WarpRoles<T> {
+  static constexpr int kCI = kRowElems<T>;                       // input channels per stage
   static constexpr int kKSteps = kCI / Elem<T>::kKStep;
-  static constexpr int kTapBytes = kBM * 128;              // one tap of the weight image
-  static constexpr int kMaxTaps = 4;                      // taps per x stage
-  static constexpr int kTiles = 2, kMaxRaw = 2, kMaxSlots = 12;  // ring depths: x tiles, raw windows, weight taps
-  static constexpr int kBarrierBytes = 8 * 2 * (kTiles + kMaxRaw + kMaxSlots);
-  static constexpr int kConsumerWarps = 4 * kConsumers;  // each arrives once on a release
+  static constexpr int kTapBytes = WarpRoles<T>::kBM * 128;      // one tap of the weight image
+  static constexpr int kMaxTaps = 4;                             // taps per x stage
+  // Ring depths: x tiles; raw windows, two so that the next one lands while the shifters
+  // transpose this one (with one, load and transpose ran in series: fp32 0.584 -> 0.530 ms
+  // with two on the default problem, no gain from three); weight taps, at most.
+  static constexpr int kTiles = 2, kRaw = 2, kMaxSlots = 12;
+  static constexpr int kBarrierBytes = 8 * 2 * (kTiles + kRaw + kMaxSlots);
   static_assert(N % 64 == 0 && N <= 192, "a time tile plus its halo must fit one 256-wide TMA box");
 };
 
@@ -297,6 +294,11 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
 #endif
 }
 
+// Tiles of time tile n: 128-channel output tiles x time tiles x groups x batch.
+int64_t tile_count(const ConvParams& p, int n) {
+  return ceil_div(p.cout_g, WarpRoles<float>::kBM) * ceil_div(p.L, n) * p.groups * p.B;
+}
+
 // Shared-memory layout of one launch for time tile n; slots == 0 when none fits.
 template <typename T, int N>
 FwdTmaPlan make_plan(const ConvParams& p, int smem_limit) {
@@ -305,24 +307,20 @@ FwdTmaPlan make_plan(const ConvParams& p, int smem_limit) {
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kBM));
   pl.n_ic = static_cast<int>(ceil_div(p.cin_g, Tr::kCI));
   pl.n_tt = ceil_div(p.L, N);
-  pl.n_tiles = static_cast<int64_t>(pl.n_ot) * pl.n_tt * p.groups * p.B;
+  pl.n_tiles = tile_count(p, N);
   const int avail = smem_limit - 1024 - Tr::kBarrierBytes;
   for (int tpg = std::min(p.K, Tr::kMaxTaps); tpg >= 1; --tpg) {
     const int64_t window = ceil_div(Tr::kV - 1 + static_cast<int64_t>(tpg - 1) * p.dilation + N, Tr::kV) * Tr::kV;
     if (window > 256) continue;  // the TMA box limit: wide spans take fewer taps per stage
     const int tile = static_cast<int>(ceil_div(window * 128, 1024) * 1024);
     const int raw = static_cast<int>(ceil_div(Tr::kCI * window * static_cast<int64_t>(sizeof(T)), 1024) * 1024);
-    // Two raw windows, so that the next one lands while the shifters transpose this one
-    // (with one, load and transpose ran in series: fp32 0.584 -> 0.530 ms with two on the
-    // default problem, no gain from three).
-    const int nraw = 2;
-    const int slots = std::min(Tr::kMaxSlots, (avail - Tr::kTiles * tile - nraw * raw) / Tr::kTapBytes);
+    const int slots = std::min(Tr::kMaxSlots, (avail - Tr::kTiles * tile - Tr::kRaw * raw) / Tr::kTapBytes);
     if (slots < 2) continue;  // one tap retiring while the next runs
     pl.tpg = tpg;
     pl.window = static_cast<int>(window);
     pl.tile_bytes = tile;
     pl.raw_bytes = raw;
-    pl.nraw = nraw;
+    pl.nraw = Tr::kRaw;
     pl.slots = slots;
     break;
   }
@@ -362,8 +360,7 @@ int pick_time_tile(const ConvParams& p, int sms) {
   int best = 192;
   int64_t best_cost = -1;
   for (int n : {192, 128, 64}) {
-    const int64_t tiles = ceil_div(p.cout_g, 128) * ceil_div(p.L, n) * p.groups * p.B;
-    const int64_t cost = ceil_div(tiles, sms) * (n + 32);
+    const int64_t cost = ceil_div(tile_count(p, n), sms) * (n + 32);
     if (best_cost < 0 || cost < best_cost) {
       best = n;
       best_cost = cost;

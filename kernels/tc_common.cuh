@@ -85,6 +85,19 @@ struct AFrag {
   }
 };
 
+// The block organization of the warp-specialized sm_90a kernels (fwd_tma.cu, wgrad_tc.cu):
+// warp 0 issues the copies, warps 1-3 (the shifters) transpose x, and two consumer
+// warpgroups issue the MMAs, 64 output channels each.
+template <typename T>
+struct WarpRoles {
+  static constexpr int kConsumers = 2;                     // warpgroups issuing MMAs
+  static constexpr int kThreads = 128 * (kConsumers + 1);  // plus the producer warpgroup
+  static constexpr int kShifters = 96;                     // producer warps 1-3
+  static constexpr int kConsumerWarps = 4 * kConsumers;
+  static constexpr int kBM = 64 * kConsumers;              // output channels per block
+  static constexpr int kV = kChunkElems<T>;                // TMA start granularity (16 bytes)
+};
+
 // One 16-byte async copy per loop step, spread over the block's threads.
 template <int kThreads>
 __device__ __forceinline__ void copy_chunks(uint32_t dst, const uint8_t* src, int nchunks) {

@@ -31,16 +31,11 @@ namespace tc {
 namespace {
 
 template <typename T, int N>
-struct WgradTraits {
-  static constexpr int kConsumers = 2;                      // warpgroups issuing MMAs
-  static constexpr int kThreads = 128 * (kConsumers + 1);   // plus the producer warpgroup
-  static constexpr int kShifters = 96;                      // producer warps 1-3
-  static constexpr int kBM = 64 * kConsumers;               // output channels per block
+struct WgradTraits : WarpRoles<T> {
   static constexpr int kCT = kRowElems<T>;                  // reduction steps per stage
-  static constexpr int kV = kChunkElems<T>;                 // TMA start granularity (16 bytes)
   static constexpr int kKStep = Elem<T>::kKStep;
   static constexpr int kKSteps = kCT / kKStep;
-  static constexpr int kDyBytes = kBM * 128;
+  static constexpr int kDyBytes = WarpRoles<T>::kBM * 128;
   static constexpr int kTileBytes = N * 128;                // the taps' x tiles (B operand)
   static constexpr int kMaxStages = 8;
   static_assert(N % 64 == 0 && N <= 256, "wgmma N for the tap x channel tile");
