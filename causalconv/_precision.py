@@ -24,18 +24,16 @@ _CODES = {"tf32": 1, "ieee": 2}
 def conv_allows_tf32() -> bool:
     """True when PyTorch lets cuDNN convolutions use TF32 for fp32 tensors."""
     cudnn = torch.backends.cudnn
-    conv = getattr(cudnn, "conv", None)
-    if conv is not None and hasattr(conv, "fp32_precision"):
-        # Newer API: the most specific setting that is not 'none' wins.
-        chain = (conv.fp32_precision, getattr(cudnn, "fp32_precision", "none"),
-                 getattr(torch.backends, "fp32_precision", "none"))
-        for value in chain:
-            if value == "tf32":
-                return True
-            if value == "ieee":
-                return False
-        return False
-    return bool(cudnn.allow_tf32)
+    # Newer API: the most specific setting that is not 'none' wins.  Each level is read
+    # only when the one below it says 'none' (a read costs ~1-3 us, on every fp32 call).
+    value = getattr(getattr(cudnn, "conv", None), "fp32_precision", None)
+    if value is None:
+        return bool(cudnn.allow_tf32)
+    if value == "none":
+        value = getattr(cudnn, "fp32_precision", "none")
+    if value == "none":
+        value = getattr(torch.backends, "fp32_precision", "none")
+    return value == "tf32"
 
 
 _PROBE_MAX_ELEMENTS = 1 << 28

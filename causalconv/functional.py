@@ -37,5 +37,5 @@ def causal_conv1d(
     unbatched = x.dim() == 2
     if unbatched:
         x = x.unsqueeze(0)
-    y = torch.ops.causalconv.conv_fwd(x, weight, bias, dilation, groups, precision)
+    y = ops.conv_fwd(x, weight, bias, dilation, groups, precision)
     return y.squeeze(0) if unbatched else y

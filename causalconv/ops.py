@@ -13,6 +13,10 @@ needed: one operator dispatch instead of two, which is most of a small problem's
 Each is differentiable (the two gradient ops are linear in both arguments, so their own
 gradients are these ops again), which makes double backward work.  Being opaque operators,
 they compile under torch.compile(fullgraph=True) without graph breaks.
+
+The package calls them through the functions of the same names at the end of this file,
+which in plain eager CUDA use run the same implementations without the operator dispatch
+(see "Eager fast path").
 """
 
 from __future__ import annotations
@@ -225,11 +229,11 @@ def _backward_fwd(ctx, grad_y):
     dilation, groups, precision = ctx.conf
     gx = gw = gb = None
     if ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
-        gx, gw = _ops.conv_backward(grad_y, x, weight, dilation, groups, precision)
+        gx, gw = conv_backward(grad_y, x, weight, dilation, groups, precision)
     elif ctx.needs_input_grad[0]:
-        gx = _ops.conv_input_grad(grad_y, weight, dilation, groups, precision)
+        gx = conv_input_grad(grad_y, weight, dilation, groups, precision)
     elif ctx.needs_input_grad[1]:
-        gw = _ops.conv_weight_grad(grad_y, x, weight.shape[-1], dilation, groups, precision)
+        gw = conv_weight_grad(grad_y, x, weight.shape[-1], dilation, groups, precision)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         gb = grad_y.sum(dim=(0, 2))
     return gx, gw, gb, None, None, None
@@ -298,3 +302,70 @@ torch.library.register_autograd("causalconv::conv_input_grad", _backward_input_g
 torch.library.register_autograd("causalconv::conv_weight_grad", _backward_weight_grad,
                                 setup_context=_setup_weight_grad)
 torch.library.register_autograd("causalconv::conv_backward", _backward_backward, setup_context=_setup_backward)
+
+
+# ---------------------------------------------------------------------------------------
+# Eager fast path.  A call through the dispatcher costs ~60 us of Python before the kernels
+# are enqueued (the op's Python CUDA kernel, and with gradients torch.library's generated
+# autograd wrapper, whose argument re-binding alone is ~35 us), measured on the CPU path;
+# a small problem's kernels take less.  Plain CUDA tensors in eager mode call the very
+# implementations the dispatcher would pick, and a forward that needs a graph records it
+# with an autograd.Function made of the same setup_context and backward as the operator.
+# Anything else goes through the operators: torch.compile and its fake tensors, tensor
+# subclasses, torch function and dispatch modes, functorch transforms, the CPU.
+
+def _plain_eager_cuda(*tensors) -> bool:
+    if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
+        return False
+    if torch._C._len_torch_dispatch_stack() > 0 or torch._C._functorch.peek_interpreter_stack() is not None:
+        return False
+    return all(t is None or (type(t) is torch.Tensor and t.is_cuda) for t in tensors)
+
+
+def _needs_graph(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+class _ConvFwdEager(torch.autograd.Function):
+    """conv_fwd recorded for autograd like the operator: same setup_context, same backward.
+    (The form with a separate setup_context staticmethod binds its arguments with
+    inspect.signature on every call, ~40 us more.)"""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, dilation, groups, precision):
+        y = _conv_fwd_cuda(x, weight, bias, dilation, groups, precision)
+        _setup_fwd(ctx, (x, weight, bias, dilation, groups, precision), y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        return _backward_fwd(ctx, grad_y)
+
+
+def conv_fwd(x, weight, bias, dilation, groups, precision):
+    if _plain_eager_cuda(x, weight, bias):
+        if _needs_graph(x, weight, bias):
+            return _ConvFwdEager.apply(x, weight, bias, dilation, groups, precision)
+        return _conv_fwd_cuda(x, weight, bias, dilation, groups, precision)
+    return _ops.conv_fwd(x, weight, bias, dilation, groups, precision)
+
+
+# The gradient ops take the fast path only when no graph is recorded (a backward without
+# create_graph); double backward goes through the operators and their registered autograd.
+
+def conv_input_grad(grad_y, weight, dilation, groups, precision):
+    if _plain_eager_cuda(grad_y, weight) and not _needs_graph(grad_y, weight):
+        return _conv_input_grad_cuda(grad_y, weight, dilation, groups, precision)
+    return _ops.conv_input_grad(grad_y, weight, dilation, groups, precision)
+
+
+def conv_weight_grad(grad_y, x, kernel_size, dilation, groups, precision):
+    if _plain_eager_cuda(grad_y, x) and not _needs_graph(grad_y, x):
+        return _conv_weight_grad_cuda(grad_y, x, kernel_size, dilation, groups, precision)
+    return _ops.conv_weight_grad(grad_y, x, kernel_size, dilation, groups, precision)
+
+
+def conv_backward(grad_y, x, weight, dilation, groups, precision):
+    if _plain_eager_cuda(grad_y, x, weight) and not _needs_graph(grad_y, x, weight):
+        return _conv_backward_cuda(grad_y, x, weight, dilation, groups, precision)
+    return _ops.conv_backward(grad_y, x, weight, dilation, groups, precision)

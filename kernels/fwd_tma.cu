@@ -22,7 +22,7 @@
 // at any 128-byte row (measured for the v5 kernel, docs/benchmarks/NOTES.md).
 //
 // Roles as in wgrad_tc.cu: one producer thread (warp 0) issues the copies; warps 1-3
-// transpose; warpgroups 1-2 issue the MMAs, one tap per commit group, keeping one tap in
+// (and in fp32 warpgroup 3) transpose; warpgroups 1-2 issue the MMAs, one tap per commit group, keeping one tap in
 // flight while the next is issued.  The grid is persistent: a block walks tiles
 // blockIdx.x, blockIdx.x + gridDim.x, ..., and the rings run on across tiles, so the
 // next tile's copies overlap this tile's epilogue.  Every role walks the same (tile,
@@ -47,6 +47,13 @@ struct FwdTmaTraits : WarpRoles<T> {
   static constexpr int kKSteps = kCI / Elem<T>::kKStep;
   static constexpr int kTapBytes = WarpRoles<T>::kBM * 128;      // one tap of the weight image
   static constexpr int kMaxTaps = 4;                             // taps per x stage
+  // fp32 adds a fourth warpgroup of shifters (warpgroup 3): its element-wise transpose
+  // kept the three shifter warps 100% busy and the consumers ~30% of their time waiting
+  // for the tile (ncu, default problem), while the 16-bit types' matrix-transpose
+  // instructions need no more than three warps.
+  static constexpr int kExtraShifterGroups = std::is_same_v<T, float> ? 1 : 0;
+  static constexpr int kThreads = WarpRoles<T>::kThreads + 128 * kExtraShifterGroups;
+  static constexpr int kShifters = WarpRoles<T>::kShifters + 128 * kExtraShifterGroups;
   // Ring depths: x tiles; raw windows, two so that the next one lands while the shifters
   // transpose this one (with one, load and transpose ran in series: fp32 0.584 -> 0.530 ms
   // with two on the default problem, no gain from three); weight taps, at most.
@@ -109,6 +116,36 @@ __device__ __forceinline__ void issue_tap(float (&acc)[Mma::kAcc], uint32_t wt, 
 #endif
 }
 
+// The 16-bit shifters' share of one stage, on the matrix-transpose loads and stores: op o
+// moves time steps 8(o/2) .. 8(o/2)+7 of channels 32(o%2) .. 32(o%2)+31 as four 8x8
+// matrices (matrix i: the eight channels of 16-byte chunk 4(o%2)+i), read from the raw
+// window [channel][time] with ldmatrix.trans and written as tile rows [time][channel]
+// with stmatrix: 2 instructions per 512 bytes where the element-wise loop took ~50 per
+// 16 bytes.  Channels at or past `valid` (outside the group) are written as zeros.
+template <class Tr>
+__device__ __forceinline__ void transpose_window_b16(uint32_t raw, uint32_t tile, int window, int shifter_warp, int lane,
+                                                     int valid) {
+  constexpr int kWarps = Tr::kShifters / 32;
+  const int i = lane >> 3, r = lane & 7;
+  const int ops = window / 4;  // two channel halves x window / 8 time blocks
+#pragma unroll 2
+  for (int o = shifter_warp; o < ops; o += kWarps) {
+    const int half = o & 1, t0 = (o >> 1) * 8;
+    const int chunk = 4 * half + i;  // the chunk of the matrix this lane addresses
+    uint32_t v[4];
+    ptx::ldmatrix_x4_trans(v, raw + ((chunk * 8 + r) * window + t0) * 2);
+    if (valid < Tr::kCI) {
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int c = (4 * half + m) * 8 + 2 * (lane & 3);  // the channels v[m] holds: c, c + 1
+        v[m] &= (c < valid ? 0x0000FFFFu : 0u) | (c + 1 < valid ? 0xFFFF0000u : 0u);
+      }
+    }
+    const int row = t0 + r;
+    ptx::stmatrix_x4(tile + row * 128 + (swizzle_chunk(row, chunk) << 4), v);
+  }
+}
+
 template <typename T, int N>
 __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
     fwd_tma_kernel(const __grid_constant__ CUtensorMap map_x, ConvParams p, FwdTmaPlan pl) {
@@ -150,7 +187,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
   }
   __syncthreads();
 
-  if (wg == 0) {
+  if (wg == 0 || wg > Tr::kConsumers) {
     if (warp == 0) {
       if (lane != 0) return;
       // Producer: raw buffer r is reused once the shifters released it, weight slot w
@@ -180,11 +217,12 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
       }
       return;
     }
-    // Shifters: row r of the tile holds the kCI channels of time a0 + r; a thread writes
-    // one 16-byte chunk (kV channels) of a row per step, lanes on consecutive rows, so
-    // the raw reads are consecutive words and the eight rows of a swizzle atom hit
-    // distinct bank groups.
-    const int tid = threadIdx.x - 32;
+    // Shifters: row r of the tile holds the kCI channels of time a0 + r.  16-bit types
+    // move 8x8 blocks with the matrix-transpose instructions; fp32 moves one 16-byte
+    // chunk (kV channels) of a row per thread and step, lanes on consecutive rows, so the
+    // raw reads are consecutive words and the eight rows of a swizzle atom hit distinct
+    // bank groups.
+    const int tid = wg == 0 ? threadIdx.x - 32 : threadIdx.x - 128 * (Tr::kConsumers + 1) + WarpRoles<T>::kShifters;
     const bool tf32 = std::is_same_v<T, float> && p.precision == Precision::kTF32;
     Ring xr, rr;
     for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
@@ -192,29 +230,28 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
         const int valid = p.cin_g - (j / pl.ngroups) * Tr::kCI;  // channels of the chunk inside the group
         ptx::mbar_wait(rawfull(rr.idx), rr.phase);
         ptx::mbar_wait(xempty(xr.idx), xr.phase ^ 1);
-        const T* src = reinterpret_cast<const T*>(base_ptr + (raw_base - base) + rr.idx * pl.raw_bytes);
-        uint8_t* dst = base_ptr + (tiles_base - base) + xr.idx * pl.tile_bytes;
+        if constexpr (sizeof(T) == 2) {
+          transpose_window_b16<Tr>(raw_base + rr.idx * pl.raw_bytes, tiles_base + xr.idx * pl.tile_bytes, pl.window,
+                                   warp - 1, lane, valid);
+        } else {
+          // fp32 (no 32-bit matrix transpose): a thread writes one 16-byte chunk (4
+          // channels) of a row per step.
+          const T* src = reinterpret_cast<const T*>(base_ptr + (raw_base - base) + rr.idx * pl.raw_bytes);
+          uint8_t* dst = base_ptr + (tiles_base - base) + xr.idx * pl.tile_bytes;
 #pragma unroll 1
-        for (int ch = 0; ch < Tr::kCI / Tr::kV; ++ch) {
-          const int c0 = ch * Tr::kV;
+          for (int ch = 0; ch < Tr::kCI / Tr::kV; ++ch) {
+            const int c0 = ch * Tr::kV;
 #pragma unroll 2
-          for (int row = tid; row < pl.window; row += Tr::kShifters) {
-            uint32_t v[4];
+            for (int row = tid; row < pl.window; row += Tr::kShifters) {
+              uint32_t v[4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              if constexpr (std::is_same_v<T, float>) {
-                const int c = c0 + e;
-                const float f = c < valid ? src[c * pl.window + row] : 0.f;
+              for (int e = 0; e < 4; ++e) {
+                const float f = c0 + e < valid ? src[(c0 + e) * pl.window + row] : 0.f;
                 v[e] = f32_bits(tf32 ? round_tf32(f) : f);
-              } else {
-                const int c = c0 + 2 * e;
-                const T zero = from_float<T>(0.f);
-                v[e] = pack2(c < valid ? src[c * pl.window + row] : zero,
-                             c + 1 < valid ? src[(c + 1) * pl.window + row] : zero);
               }
+              *reinterpret_cast<uint4*>(dst + row * 128 + (swizzle_chunk(row, ch) << 4)) =
+                  make_uint4(v[0], v[1], v[2], v[3]);
             }
-            *reinterpret_cast<uint4*>(dst + row * 128 + (swizzle_chunk(row, ch) << 4)) =
-                make_uint4(v[0], v[1], v[2], v[3]);
           }
         }
         ptx::fence_proxy_async();  // the MMAs read through the async proxy

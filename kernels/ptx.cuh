@@ -66,6 +66,24 @@ __device__ __forceinline__ void mma_f16_16x8x16(float (&d)[4], const uint32_t (&
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// Four 8x8 matrices of 16-bit elements, transposed on the way: lanes 8i..8i+7 give the
+// 16-byte rows of matrix i; lane t receives in r[i] row t/4 of matrix i's transpose,
+// elements 2(t%4) and 2(t%4)+1 (the low half first).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// The converse store (sm_90): lanes 8i..8i+7 give the row addresses of matrix i; lane t's
+// r[i] goes to row t/4, elements 2(t%4) and 2(t%4)+1, of matrix i.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CAUSALCONV_HAS_WGMMA 1
 

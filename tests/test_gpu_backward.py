@@ -201,3 +201,33 @@ def test_compiled_training_step_on_gpu():
     loss_fn(x).backward()
     for a, p in zip(compiled, m.parameters()):
         torch.testing.assert_close(a, p.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_eager_fast_path_matches_the_operator():
+    """Plain eager CUDA calls skip the dispatcher (causalconv/ops.py, "Eager fast path"): they
+    must compute exactly what the operator computes and record the same backward, and leave
+    the work to the operator under a torch function mode."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 64, 300, device=DEV, requires_grad=True)
+    w = torch.randn(96, 32, 3, device=DEV, requires_grad=True)
+    b = torch.randn(96, device=DEV, requires_grad=True)
+    gy = torch.randn(2, 96, 300, device=DEV)
+    y_fast = causal_conv1d(x, w, b, 2, 2)
+    y_op = torch.ops.causalconv.conv_fwd(x, w, b, 2, 2, "auto")
+    assert type(y_fast.grad_fn).__name__ == "_ConvFwdEagerBackward"
+    assert type(y_op.grad_fn).__name__ != "_ConvFwdEagerBackward"
+    assert torch.equal(y_fast, y_op)
+    for a, c in zip(torch.autograd.grad(y_fast, [x, w, b], gy), torch.autograd.grad(y_op, [x, w, b], gy)):
+        assert torch.equal(a, c)
+    with torch.no_grad():
+        y_nograd = causal_conv1d(x, w, b, 2, 2)
+    assert y_nograd.grad_fn is None and torch.equal(y_nograd, y_op)
+
+    class PassThrough(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with PassThrough():
+        y_mode = causal_conv1d(x, w, b, 2, 2)
+    assert type(y_mode.grad_fn).__name__ != "_ConvFwdEagerBackward"
+    assert torch.equal(y_mode, y_op)
