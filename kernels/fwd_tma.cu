@@ -15,9 +15,9 @@
 // B, x: wgmma reads it K-major (channels contiguous), but x lies time-contiguous, and the
 // MMA cannot transpose a TF32 operand.  So TMA brings the stage's 16-byte-aligned raw
 // window [channels][window] (zeros outside [0, L): the causal padding) into one of two
-// raw buffers, and three "shifter" warps write its transpose, row r = time a0 + r, in the
-// 128-byte-swizzled layout, rounding to TF32 in fp32 mode and zeroing channels past the
-// group.  Every tap reads that one tile from its own start row, off + k*dilation: the
+// raw buffers, and "shifter" warps (three; seven in fp32) write its transpose, row r =
+// time a0 + r, in the 128-byte-swizzled layout, rounding to TF32 in fp32 mode and zeroing
+// channels past the group.  Every tap reads that one tile from its own start row, off + k*dilation: the
 // swizzle is a function of the absolute shared-memory address, so a descriptor may start
 // at any 128-byte row (measured for the v5 kernel, docs/benchmarks/NOTES.md).
 //
