@@ -59,6 +59,10 @@ struct FwdTmaTraits : WarpRoles<T> {
   // with two on the default problem, no gain from three); weight taps, at most.
   static constexpr int kTiles = 2, kRaw = 2, kMaxSlots = 12;
   static constexpr int kBarrierBytes = 8 * 2 * (kTiles + kRaw + kMaxSlots);
+  // Epilogue staging, 1 KB per consumer warp: 16 output channels x 64 bytes of time (8 KB
+  // in all, which leaves the weight ring its 7 slots on the default problem).
+  static constexpr int kStageRowBytes = 64;
+  static constexpr int kStageBytes = WarpRoles<T>::kConsumerWarps * 16 * kStageRowBytes;
   static_assert(N % 64 == 0 && N <= 192, "a time tile plus its halo must fit one 256-wide TMA box");
 };
 
@@ -146,6 +150,31 @@ __device__ __forceinline__ void transpose_window_b16(uint32_t raw, uint32_t tile
   }
 }
 
+// Byte offset of 16-byte chunk `chunk` of row `row` in a warp's epilogue staging (rows of
+// kStageRowBytes = 64): chunks rotate by (row / 2) % 4, so that the eight rows of an 8x8
+// matrix store, and the 4-byte-column stores of fp32, fall in distinct banks.
+template <class Tr>
+__device__ __forceinline__ uint32_t staged_offset(int row, int chunk) {
+  static_assert(Tr::kStageRowBytes == 64, "the rotation assumes four chunks per row");
+  return row * Tr::kStageRowBytes + ((chunk ^ ((row >> 1) & 3)) << 4);
+}
+
+// 16 bytes of one output row starting at time t, `left` = L - t > 0 steps still inside:
+// one vector store when all of it is inside and the address is 16-byte aligned (y rows
+// are whenever L * sizeof(T) is a multiple of 16), element by element otherwise.
+template <typename T>
+__device__ __forceinline__ void store_chunk(T* dst, uint4 val, int64_t left) {
+  constexpr int kV = 16 / sizeof(T);
+  if (left >= kV && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    *reinterpret_cast<uint4*>(dst) = val;
+    return;
+  }
+  const T* v = reinterpret_cast<const T*>(&val);
+#pragma unroll
+  for (int e = 0; e < kV; ++e)
+    if (e < left) dst[e] = v[e];
+}
+
 template <typename T, int N>
 __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
     fwd_tma_kernel(const __grid_constant__ CUtensorMap map_x, ConvParams p, FwdTmaPlan pl) {
@@ -157,10 +186,12 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
   const uint32_t base = (raw0 + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
   uint8_t* base_ptr = smem_raw + (base - raw0);
   const int nslots = pl.slots, nraw = pl.nraw;
-  // [weight slots][x tiles][raw windows][barriers], each buffer 1024-byte aligned
+  // [weight slots][x tiles][raw windows][epilogue staging][barriers], each buffer 1024-byte
+  // aligned
   const uint32_t tiles_base = base + nslots * Tr::kTapBytes;
   const uint32_t raw_base = tiles_base + Tr::kTiles * pl.tile_bytes;
-  const uint32_t bars = raw_base + nraw * pl.raw_bytes;
+  const uint32_t staging = raw_base + nraw * pl.raw_bytes;
+  const uint32_t bars = staging + Tr::kStageBytes;
   auto wfull = [&](int w) { return bars + 8u * w; };                 // a tap's weights landed
   auto wempty = [&](int w) { return bars + 8u * (nslots + w); };     // consumers done with the tap
   auto ready = [&](int x) { return bars + 8u * (2 * nslots + x); };  // transposed tile written
@@ -298,31 +329,59 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
       ptx::mbar_arrive(xempty(done_x));
     }
 
-    // acc[4j + e]: output channel 16q + lane/4 (+8 for e >= 2), time 8j + 2(lane%4) + (e&1):
-    // pairs of consecutive times, stored together.
-    const int o_base = tc.ot * Tr::kBM + c * 64 + q * 16 + (lane >> 2);
+    // acc[4j + e]: output channel 16q + lane/4 (+8 for e >= 2), time 8j + 2(lane%4) + (e&1).
+    // Stored straight from there, every warp instruction would touch 8 rows of y with 4 or
+    // 8 bytes each (v9/v10 profile: the epilogue ~16% of all samples while the block's
+    // tensor cores idle).  So each warp stages 64 bytes of time of its 16 channels in
+    // shared memory and writes them back as 16-byte stores, 4 lanes per row.
+    const int o_base = tc.ot * Tr::kBM + c * 64 + q * 16;  // the warp's first output channel
     float bias[2] = {0.f, 0.f};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int o = o_base + 8 * h;
+      const int o = o_base + (lane >> 2) + 8 * h;
       if (p.bias && o < p.cout_g) bias[h] = to_float(static_cast<const T*>(p.bias)[tc.g * p.cout_g + o]);
     }
-    T* y = static_cast<T*>(p.y) + tc.b * p.sy_b;
+    T* y = static_cast<T*>(p.y) + tc.b * p.sy_b + static_cast<int64_t>(tc.g * p.cout_g) * p.sy_c;
+    const uint32_t stage = staging + (warp - 4) * (16 * Tr::kStageRowBytes);
+    constexpr int kSlice = Tr::kStageRowBytes / sizeof(T);  // time steps per staged slice
 #pragma unroll
-    for (int jj = 0; jj < N / 8; ++jj) {
-      const int64_t t = tc.t0 + jj * 8 + 2 * (lane & 3);
-      if (t >= p.L) continue;  // L is even, so t + 1 < L too
+    for (int sl = 0; sl < N / kSlice; ++sl) {
+      __syncwarp();  // the previous slice has been read back
+      if constexpr (sizeof(T) == 2) {
+        // One 8x8 matrix per (column block, row half): lane t's packed pair is row t/4,
+        // elements 2(t%4), 2(t%4)+1, the stmatrix fragment; matrix m of a store is row
+        // half m%2 of column block 2*pair + m/2.
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int o = o_base + 8 * h;
-        if (o >= p.cout_g) continue;
-        T* dst = y + static_cast<int64_t>(tc.g * p.cout_g + o) * p.sy_c + t;
-        const float v0 = acc[4 * jj + 2 * h] + bias[h], v1 = acc[4 * jj + 2 * h + 1] + bias[h];
-        if constexpr (std::is_same_v<T, float>) {
-          *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
-        } else {
-          *reinterpret_cast<uint32_t*>(dst) = pack2(from_float<T>(v0), from_float<T>(v1));
+        for (int pair = 0; pair < kSlice / 16; ++pair) {
+          uint32_t v[4];
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            const int jj = sl * (kSlice / 8) + 2 * pair + (m >> 1), h = m & 1;
+            v[m] = pack2(from_float<T>(acc[4 * jj + 2 * h] + bias[h]), from_float<T>(acc[4 * jj + 2 * h + 1] + bias[h]));
+          }
+          const int m = lane >> 3, row = 8 * (m & 1) + (lane & 7);
+          ptx::stmatrix_x4(stage + staged_offset<Tr>(row, 2 * pair + (m >> 1)), v);
         }
+      } else {
+#pragma unroll
+        for (int jp = 0; jp < kSlice / 8; ++jp) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int jj = sl * (kSlice / 8) + jp, row = (lane >> 2) + 8 * h, byte = 32 * jp + 8 * (lane & 3);
+            *reinterpret_cast<float2*>(base_ptr + (stage - base) + staged_offset<Tr>(row, byte >> 4) + (byte & 15)) =
+                make_float2(acc[4 * jj + 2 * h] + bias[h], acc[4 * jj + 2 * h + 1] + bias[h]);
+          }
+        }
+      }
+      __syncwarp();
+      // Read back: 16 rows x 4 chunks of 16 bytes, two per lane.
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int idx = lane + 32 * k, row = idx >> 2, chunk = idx & 3;
+        const uint4 val = *reinterpret_cast<const uint4*>(base_ptr + (stage - base) + staged_offset<Tr>(row, chunk));
+        const int o = o_base + row;
+        const int64_t t = tc.t0 + sl * kSlice + chunk * Tr::kV;
+        if (o < p.cout_g && t < p.L) store_chunk(y + o * p.sy_c + t, val, p.L - t);
       }
     }
   }
@@ -345,7 +404,7 @@ FwdTmaPlan make_plan(const ConvParams& p, int smem_limit) {
   pl.n_ic = static_cast<int>(ceil_div(p.cin_g, Tr::kCI));
   pl.n_tt = ceil_div(p.L, N);
   pl.n_tiles = tile_count(p, N);
-  const int avail = smem_limit - 1024 - Tr::kBarrierBytes;
+  const int avail = smem_limit - 1024 - Tr::kBarrierBytes - Tr::kStageBytes;
   for (int tpg = std::min(p.K, Tr::kMaxTaps); tpg >= 1; --tpg) {
     const int64_t window = ceil_div(Tr::kV - 1 + static_cast<int64_t>(tpg - 1) * p.dilation + N, Tr::kV) * Tr::kV;
     if (window > 256) continue;  // the TMA box limit: wide spans take fewer taps per stage
@@ -375,7 +434,7 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   TORCH_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
               "causalconv: problem too large for 32-bit TMA coordinates");
   const size_t smem = static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(Tr::kTiles) * pl.tile_bytes +
-                      static_cast<size_t>(pl.nraw) * pl.raw_bytes + Tr::kBarrierBytes + 1024;
+                      static_cast<size_t>(pl.nraw) * pl.raw_bytes + Tr::kStageBytes + Tr::kBarrierBytes + 1024;
 
   // The image lives in this stream's scratch buffer, leased until the kernel is enqueued.
   const int64_t image = weight_image_elems<T, Tr::kBM>(p);
