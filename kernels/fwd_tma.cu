@@ -17,13 +17,13 @@
 // window [channels][window] (zeros outside [0, L): the causal padding) into one of two
 // raw buffers, and "shifter" warps (three; seven in fp32) write its transpose, row r =
 // time a0 + r, in the 128-byte-swizzled layout, rounding to TF32 in fp32 mode and zeroing
-// channels past the group.  Every tap reads that one tile from its own start row, off + k*dilation: the
-// swizzle is a function of the absolute shared-memory address, so a descriptor may start
-// at any 128-byte row (measured for the v5 kernel, docs/benchmarks/NOTES.md).
+// channels past the group.  Every tap reads that one tile from its own start row,
+// off + k*dilation: the swizzle is a function of the absolute shared-memory address, so a
+// descriptor may start at any 128-byte row (measured for the v5 kernel, NOTES.md).
 //
-// Roles as in wgrad_tc.cu: one producer thread (warp 0) issues the copies; warps 1-3
-// (and in fp32 warpgroup 3) transpose; warpgroups 1-2 issue the MMAs, one tap per commit group, keeping one tap in
-// flight while the next is issued.  The grid is persistent: a block walks tiles
+// Roles as in wgrad_tc.cu: one producer thread (warp 0) issues the copies; warps 1-3 (and
+// in fp32 warpgroup 3) transpose; warpgroups 1-2 issue the MMAs, one tap per commit group,
+// keeping one tap in flight while the next is issued.  The grid is persistent: a block walks tiles
 // blockIdx.x, blockIdx.x + gridDim.x, ..., and the rings run on across tiles, so the
 // next tile's copies overlap this tile's epilogue.  Every role walks the same (tile,
 // x stage, tap) sequence.
@@ -262,6 +262,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
         ptx::mbar_wait(rawfull(rr.idx), rr.phase);
         ptx::mbar_wait(xempty(xr.idx), xr.phase ^ 1);
         if constexpr (sizeof(T) == 2) {
+          static_assert(Tr::kExtraShifterGroups == 0, "16-bit shifters are warps 1-3 (shifter warp = warp - 1)");
           transpose_window_b16<Tr>(raw_base + rr.idx * pl.raw_bytes, tiles_base + xr.idx * pl.tile_bytes, pl.window,
                                    warp - 1, lane, valid);
         } else {
