@@ -125,28 +125,76 @@ __device__ __forceinline__ void issue_tap(float (&acc)[Mma::kAcc], uint32_t wt, 
 // matrices (matrix i: the eight channels of 16-byte chunk 4(o%2)+i), read from the raw
 // window [channel][time] with ldmatrix.trans and written as tile rows [time][channel]
 // with stmatrix: 2 instructions per 512 bytes where the element-wise loop took ~50 per
-// 16 bytes.  Channels at or past `valid` (outside the group) are written as zeros.
+// 16 bytes.  A warp issues kDepth loads before their stores, so that each stmatrix finds
+// its data arrived (with two in flight, the v10 profile found the shifters waiting on
+// the stmatrix for its ldmatrix).  Channels at or past `valid` (outside the group) are
+// written as zeros.
 template <class Tr>
 __device__ __forceinline__ void transpose_window_b16(uint32_t raw, uint32_t tile, int window, int shifter_warp, int lane,
                                                      int valid) {
-  constexpr int kWarps = Tr::kShifters / 32;
+  constexpr int kWarps = Tr::kShifters / 32, kDepth = 4;
   const int i = lane >> 3, r = lane & 7;
   const int ops = window / 4;  // two channel halves x window / 8 time blocks
-#pragma unroll 2
-  for (int o = shifter_warp; o < ops; o += kWarps) {
-    const int half = o & 1, t0 = (o >> 1) * 8;
-    const int chunk = 4 * half + i;  // the chunk of the matrix this lane addresses
-    uint32_t v[4];
-    ptx::ldmatrix_x4_trans(v, raw + ((chunk * 8 + r) * window + t0) * 2);
-    if (valid < Tr::kCI) {
+#pragma unroll 1
+  for (int o0 = shifter_warp; o0 < ops; o0 += kDepth * kWarps) {
+    uint32_t v[kDepth][4];
 #pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int c = (4 * half + m) * 8 + 2 * (lane & 3);  // the channels v[m] holds: c, c + 1
-        v[m] &= (c < valid ? 0x0000FFFFu : 0u) | (c + 1 < valid ? 0xFFFF0000u : 0u);
-      }
+    for (int d = 0; d < kDepth; ++d) {
+      const int o = o0 + d * kWarps;  // warp-uniform, as ldmatrix needs
+      if (o < ops) ptx::ldmatrix_x4_trans(v[d], raw + (((4 * (o & 1) + i) * 8 + r) * window + (o >> 1) * 8) * 2);
     }
-    const int row = t0 + r;
-    ptx::stmatrix_x4(tile + row * 128 + (swizzle_chunk(row, chunk) << 4), v);
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int o = o0 + d * kWarps;
+      if (o >= ops) break;
+      const int half = o & 1, row = (o >> 1) * 8 + r;
+      if (valid < Tr::kCI) {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int c = (4 * half + m) * 8 + 2 * (lane & 3);  // the channels v[d][m] holds: c, c + 1
+          v[d][m] &= (c < valid ? 0x0000FFFFu : 0u) | (c + 1 < valid ? 0xFFFF0000u : 0u);
+        }
+      }
+      ptx::stmatrix_x4(tile + row * 128 + (swizzle_chunk(row, 4 * half + i) << 4), v[d]);
+    }
+  }
+}
+
+// The fp32 shifters' share of one stage.  A unit is a 4 x 4 block: time steps 4tb ..
+// 4tb+3 of channels 4ch .. 4ch+3, read as four 16-byte rows of the raw window, transposed
+// in registers and written as four 16-byte chunks of tile rows: 8 memory instructions per
+// 64 bytes where one 4-byte load per element took 20.  Eight lanes (one shared-memory
+// phase of 16-byte accesses) take the eight chunks ch = lane of a row on eight different
+// time blocks, tb = 8m + (lane + s) % 8: with a window of 8n elements the loads then fall
+// in eight distinct bank groups (chunk (4ch + e) * window / 4 + tb, mod 8), and so do the
+// stores (chunk ch ^ (row % 8) of rows 4tb + j).  Octet q of the shifters takes m = q / 8,
+// s = q % 8.
+template <class Tr>
+__device__ __forceinline__ void transpose_window_f32(const float* src, uint8_t* dst, int window, int tid, int valid,
+                                                     bool tf32) {
+  static_assert(Tr::kCI == 32 && Tr::kShifters % 8 == 0, "eight 4-channel chunks per row, whole octets");
+  const int ch = tid & 7, blocks = window / 4;
+  const int octets = 8 * ((blocks + 7) / 8);
+#pragma unroll 2
+  for (int q = tid >> 3; q < octets; q += Tr::kShifters / 8) {
+    const int tb = (q & ~7) + ((ch + q) & 7);
+    if (tb >= blocks) continue;
+    float4 v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = 4 * ch + e;
+      v[e] = c < valid ? *reinterpret_cast<const float4*>(src + c * window + 4 * tb) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    const float(*f)[4] = reinterpret_cast<const float(*)[4]>(v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t out[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out[e] = f32_bits(tf32 ? round_tf32(f[e][j]) : f[e][j]);
+      const int row = 4 * tb + j;
+      *reinterpret_cast<uint4*>(dst + row * 128 + (swizzle_chunk(row, ch) << 4)) =
+          make_uint4(out[0], out[1], out[2], out[3]);
+    }
   }
 }
 
@@ -249,10 +297,8 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
       return;
     }
     // Shifters: row r of the tile holds the kCI channels of time a0 + r.  16-bit types
-    // move 8x8 blocks with the matrix-transpose instructions; fp32 moves one 16-byte
-    // chunk (kV channels) of a row per thread and step, lanes on consecutive rows, so the
-    // raw reads are consecutive words and the eight rows of a swizzle atom hit distinct
-    // bank groups.
+    // move 8x8 blocks with the matrix-transpose instructions, fp32 4x4 blocks through
+    // registers.
     const int tid = wg == 0 ? threadIdx.x - 32 : threadIdx.x - 128 * (Tr::kConsumers + 1) + WarpRoles<T>::kShifters;
     const bool tf32 = std::is_same_v<T, float> && p.precision == Precision::kTF32;
     Ring xr, rr;
@@ -266,25 +312,9 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
           transpose_window_b16<Tr>(raw_base + rr.idx * pl.raw_bytes, tiles_base + xr.idx * pl.tile_bytes, pl.window,
                                    warp - 1, lane, valid);
         } else {
-          // fp32 (no 32-bit matrix transpose): a thread writes one 16-byte chunk (4
-          // channels) of a row per step.
-          const T* src = reinterpret_cast<const T*>(base_ptr + (raw_base - base) + rr.idx * pl.raw_bytes);
-          uint8_t* dst = base_ptr + (tiles_base - base) + xr.idx * pl.tile_bytes;
-#pragma unroll 1
-          for (int ch = 0; ch < Tr::kCI / Tr::kV; ++ch) {
-            const int c0 = ch * Tr::kV;
-#pragma unroll 2
-            for (int row = tid; row < pl.window; row += Tr::kShifters) {
-              uint32_t v[4];
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const float f = c0 + e < valid ? src[(c0 + e) * pl.window + row] : 0.f;
-                v[e] = f32_bits(tf32 ? round_tf32(f) : f);
-              }
-              *reinterpret_cast<uint4*>(dst + row * 128 + (swizzle_chunk(row, ch) << 4)) =
-                  make_uint4(v[0], v[1], v[2], v[3]);
-            }
-          }
+          transpose_window_f32<Tr>(
+              reinterpret_cast<const float*>(base_ptr + (raw_base - base) + rr.idx * pl.raw_bytes),
+              base_ptr + (tiles_base - base) + xr.idx * pl.tile_bytes, pl.window, tid, valid, tf32);
         }
         ptx::fence_proxy_async();  // the MMAs read through the async proxy
         ptx::mbar_arrive(rawempty(rr.idx));
@@ -407,7 +437,9 @@ FwdTmaPlan make_plan(const ConvParams& p, int smem_limit) {
   pl.n_tiles = tile_count(p, N);
   const int avail = smem_limit - 1024 - Tr::kBarrierBytes - Tr::kStageBytes;
   for (int tpg = std::min(p.K, Tr::kMaxTaps); tpg >= 1; --tpg) {
-    const int64_t window = ceil_div(Tr::kV - 1 + static_cast<int64_t>(tpg - 1) * p.dilation + N, Tr::kV) * Tr::kV;
+    // A multiple of 8 elements (not only of kV): fp32's transpose needs it to be free of
+    // bank conflicts.
+    const int64_t window = ceil_div(Tr::kV - 1 + static_cast<int64_t>(tpg - 1) * p.dilation + N, 8) * 8;
     if (window > 256) continue;  // the TMA box limit: wide spans take fewer taps per stage
     const int tile = static_cast<int>(ceil_div(window * 128, 1024) * 1024);
     const int raw = static_cast<int>(ceil_div(Tr::kCI * window * static_cast<int64_t>(sizeof(T)), 1024) * 1024);
