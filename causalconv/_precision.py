@@ -21,18 +21,22 @@ PRECISIONS = ("auto", "tf32", "ieee")
 _CODES = {"tf32": 1, "ieee": 2}
 
 
+# PyTorch's own getter of the per-operator TF32 settings (what torch.backends.cudnn.conv.
+# fp32_precision and its parents read, without their ~1-2 us of Python property lookups
+# each, paid on every fp32 call); None before that API existed.
+_fp32_precision_of = getattr(torch._C, "_get_fp32_precision_getter", None)
+
+
 def conv_allows_tf32() -> bool:
     """True when PyTorch lets cuDNN convolutions use TF32 for fp32 tensors."""
-    cudnn = torch.backends.cudnn
-    # Newer API: the most specific setting that is not 'none' wins.  Each level is read
-    # only when the one below it says 'none' (a read costs ~1-3 us, on every fp32 call).
-    value = getattr(getattr(cudnn, "conv", None), "fp32_precision", None)
-    if value is None:
-        return bool(cudnn.allow_tf32)
+    if _fp32_precision_of is None:
+        return bool(torch.backends.cudnn.allow_tf32)
+    # The most specific setting that is not 'none' wins: cuDNN convolutions, cuDNN, all.
+    value = _fp32_precision_of("cuda", "conv")
     if value == "none":
-        value = getattr(cudnn, "fp32_precision", "none")
+        value = _fp32_precision_of("cuda", "all")
     if value == "none":
-        value = getattr(torch.backends, "fp32_precision", "none")
+        value = _fp32_precision_of("generic", "all")
     return value == "tf32"
 
 
@@ -47,8 +51,10 @@ def _channel_rule(cin_g: int, cout_g: int) -> bool:
 
 def cudnn_uses_tf32(x_shape, weight_shape, dilation: int, groups: int, device) -> bool:
     """Whether cuDNN, with TF32 allowed, computes this fp32 causal convolution in TF32."""
-    key = (device.index, tuple(x_shape), tuple(weight_shape), dilation, groups, torch.backends.cudnn.benchmark,
-           torch.backends.cudnn.deterministic)
+    # Shapes may come as torch.Size or tuple (equal, with equal hashes).  cuDNN's flags
+    # through the functions that torch.backends.cudnn's properties call, ~1 us cheaper.
+    key = (device, x_shape, weight_shape, dilation, groups, torch._C._get_cudnn_benchmark(),
+           torch._C._get_cudnn_deterministic())
     hit = _probe_cache.get(key)  # a dict read is atomic: no lock on the per-call path
     if hit is not None:
         return hit

@@ -309,10 +309,13 @@ torch.library.register_autograd("causalconv::conv_backward", _backward_backward,
 # are enqueued (the op's Python CUDA kernel, and with gradients torch.library's generated
 # autograd wrapper, whose argument re-binding alone is ~35 us), measured on the CPU path;
 # a small problem's kernels take less.  Plain CUDA tensors in eager mode call the very
-# implementations the dispatcher would pick, and a forward that needs a graph records it
-# with an autograd.Function made of the same setup_context and backward as the operator.
-# Anything else goes through the operators: torch.compile and its fake tensors, tensor
-# subclasses, torch function and dispatch modes, functorch transforms, the CPU.
+# implementations the dispatcher would pick.  A forward that needs a graph records it with
+# the extension's C++ autograd node, which saves and computes what the operator's
+# registered autograd does (a Python autograd.Function costs ~20-40 us more per call);
+# where the kernels are off (float64, CAUSALCONV_DISABLE_CUDA) an autograd.Function made of
+# the operator's setup_context and backward does.  Anything else goes through the
+# operators: torch.compile and its fake tensors, tensor subclasses, torch function and
+# dispatch modes, functorch transforms, the CPU.
 
 def _plain_eager_cuda(*tensors) -> bool:
     if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
@@ -344,9 +347,12 @@ class _ConvFwdEager(torch.autograd.Function):
 
 def conv_fwd(x, weight, bias, dilation, groups, precision):
     if _plain_eager_cuda(x, weight, bias):
-        if _needs_graph(x, weight, bias):
-            return _ConvFwdEager.apply(x, weight, bias, dilation, groups, precision)
-        return _conv_fwd_cuda(x, weight, bias, dilation, groups, precision)
+        if not _needs_graph(x, weight, bias):
+            return _conv_fwd_cuda(x, weight, bias, dilation, groups, precision)
+        if _use_kernels(x):  # the extension's C++ autograd node (kernels/autograd.cpp)
+            prec = _precision.code(precision, x.dtype, (x.shape, weight.shape, dilation, groups, x.device))
+            return _build.load().forward_with_grad(x, weight, bias, dilation, groups, prec, precision)
+        return _ConvFwdEager.apply(x, weight, bias, dilation, groups, precision)
     return _ops.conv_fwd(x, weight, bias, dilation, groups, precision)
 
 

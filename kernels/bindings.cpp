@@ -3,12 +3,16 @@
 // themselves rely on.
 #include <torch/extension.h>
 
+#include "autograd.h"
 #include "dispatch.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "causalconv CUDA kernels";
   m.def("forward", &causalconv::forward, "causal conv forward", py::arg("x"), py::arg("weight"), py::arg("bias"),
         py::arg("dilation"), py::arg("groups"), py::arg("precision"));
+  m.def("forward_with_grad", &causalconv::forward_with_grad, "causal conv forward with an autograd node",
+        py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("dilation"), py::arg("groups"),
+        py::arg("precision_code"), py::arg("precision"));
   m.def("input_grad", &causalconv::input_grad, "gradient w.r.t. x", py::arg("grad_y"), py::arg("weight"),
         py::arg("dilation"), py::arg("groups"), py::arg("precision"));
   m.def("weight_grad", &causalconv::weight_grad, "gradient w.r.t. weight", py::arg("grad_y"), py::arg("x"),

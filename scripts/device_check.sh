@@ -40,7 +40,9 @@ gather() {  # name: copy one step's log under $OUT (the device tool returns only
 for step in $STEPS; do
   case $step in
     env) run env bash -c "nvidia-smi; $PY -c 'import torch,sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version(), torch.cuda.get_device_name())'; nvcc --version | tail -2; $PY -m pytest --version" ;;
-    build) run build $PY -c "from causalconv import _build; m = _build.load(); print('wgmma:', m.has_wgmma())" ;;
+    build)  # nothing after a failed build could run: stop here
+      run build env CAUSALCONV_VERBOSE_BUILD=1 $PY -c "from causalconv import _build; m = _build.load(); print('wgmma:', m.has_wgmma())"
+      [ "${status[build]}" = 0 ] || { grep -m 20 "error" "$LOGS/build.log"; exit 1; } ;;
     verify) run verify $PY -m causalconv --json "$OUT/verify.json" ;;
     tests) run tests $PY -m pytest -q -rs ${PYTEST_ARGS:-tests} ;;
     sanitize)
