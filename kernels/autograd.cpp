@@ -37,18 +37,18 @@ std::vector<at::Tensor> call_operator(const char* name, torch::jit::Stack stack)
 }
 
 struct ConvFwdFunction : public torch::autograd::Function<ConvFwdFunction> {
-  // bias: an undefined tensor when there is none.
+  // bias as an optional: autograd records a device for every tensor input, and an
+  // undefined tensor has none.  Without a bias, the node's inputs are x and weight.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias, int64_t dilation, int64_t groups, int64_t code,
+                            const c10::optional<at::Tensor>& bias, int64_t dilation, int64_t groups, int64_t code,
                             const std::string& precision) {
     ctx->save_for_backward({x, weight});
     ctx->saved_data["dilation"] = dilation;
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["code"] = code;
     ctx->saved_data["precision"] = precision;
-    ctx->saved_data["has_bias"] = bias.defined();
-    return causalconv::forward(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt, dilation,
-                               groups, code);
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    return causalconv::forward(x, weight, bias, dilation, groups, code);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -97,7 +97,7 @@ struct ConvFwdFunction : public torch::autograd::Function<ConvFwdFunction> {
 
 at::Tensor forward_with_grad(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
                              int64_t dilation, int64_t groups, int64_t code, const std::string& precision) {
-  return ConvFwdFunction::apply(x, weight, bias.value_or(at::Tensor()), dilation, groups, code, precision);
+  return ConvFwdFunction::apply(x, weight, bias, dilation, groups, code, precision);
 }
 
 }  // namespace causalconv
