@@ -317,12 +317,16 @@ torch.library.register_autograd("causalconv::conv_backward", _backward_backward,
 # operators: torch.compile and its fake tensors, tensor subclasses, torch function and
 # dispatch modes, functorch transforms, the CPU.
 
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
 def _plain_eager_cuda(*tensors) -> bool:
     if torch.compiler.is_compiling() or torch._C._is_torch_function_mode_enabled():
         return False
     if torch._C._len_torch_dispatch_stack() > 0 or torch._C._functorch.peek_interpreter_stack() is not None:
         return False
-    return all(t is None or (type(t) is torch.Tensor and t.is_cuda) for t in tensors)
+    # nn.Parameter (a module's weight and bias) adds no torch function or dispatch behaviour
+    return all(t is None or (type(t) in _PLAIN_TYPES and t.is_cuda) for t in tensors)
 
 
 def _needs_graph(*tensors) -> bool:

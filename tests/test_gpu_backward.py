@@ -230,6 +230,12 @@ def test_eager_fast_path_matches_the_operator():
     with torch.no_grad():
         y_nograd = causal_conv1d(x, w, b, 2, 2)
     assert y_nograd.grad_fn is None and torch.equal(y_nograd, y_op)
+    m = CausalConv1d(64, 96, 3, dilation=2, groups=2).to(DEV)  # Parameters take the fast path too
+    with torch.no_grad():
+        m.weight.copy_(w)
+        m.bias.copy_(b)
+    y_module = m(x)
+    assert "ConvFwdFunction" in y_module.grad_fn.name() and torch.equal(y_module, y_op)
 
     class PassThrough(torch.overrides.TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
