@@ -59,10 +59,13 @@ struct FwdTmaTraits : WarpRoles<T> {
   // with two on the default problem, no gain from three); weight taps, at most.
   static constexpr int kTiles = 2, kRaw = 2, kMaxSlots = 12;
   static constexpr int kBarrierBytes = 8 * 2 * (kTiles + kRaw + kMaxSlots);
-  // Epilogue staging, 1 KB per consumer warp: 16 output channels x 64 bytes of time (8 KB
-  // in all, which leaves the weight ring its 7 slots on the default problem).
+  // Epilogue staging for the 16-bit types, 1 KB per consumer warp: 16 output channels x
+  // 64 bytes of time.  fp32 stores straight from the accumulators: a lane's pair of
+  // elements is 8 bytes, four lanes fill one 32-byte sector, so its direct stores waste
+  // nothing, and staging only added shared-memory traffic (~12 KB per tap, v12 profile).
+  static constexpr bool kStaged = sizeof(T) == 2;
   static constexpr int kStageRowBytes = 64;
-  static constexpr int kStageBytes = WarpRoles<T>::kConsumerWarps * 16 * kStageRowBytes;
+  static constexpr int kStageBytes = kStaged ? WarpRoles<T>::kConsumerWarps * 16 * kStageRowBytes : 0;
   static_assert(N % 64 == 0 && N <= 192, "a time tile plus its halo must fit one 256-wide TMA box");
 };
 
@@ -200,7 +203,7 @@ __device__ __forceinline__ void transpose_window_f32(const float* src, uint8_t* 
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a warp's epilogue staging (rows of
 // kStageRowBytes = 64): chunks rotate by (row / 2) % 4, so that the eight rows of an 8x8
-// matrix store, and the 4-byte-column stores of fp32, fall in distinct banks.
+// matrix store fall in distinct banks.
 template <class Tr>
 __device__ __forceinline__ uint32_t staged_offset(int row, int chunk) {
   static_assert(Tr::kStageRowBytes == 64, "the rotation assumes four chunks per row");
@@ -221,6 +224,72 @@ __device__ __forceinline__ void store_chunk(T* dst, uint4 val, int64_t left) {
 #pragma unroll
   for (int e = 0; e < kV; ++e)
     if (e < left) dst[e] = v[e];
+}
+
+// fp32 epilogue: each lane's pairs (output channel, two adjacent time steps) stored as
+// 8-byte stores; L is even (fwd_tma_supports), so a pair is inside or outside as a whole.
+template <typename T, int N>
+__device__ __forceinline__ void store_tile_direct(const float (&acc)[N / 2], const float (&bias)[2], T* y,
+                                                  const ConvParams& p, int o_base, int64_t t0, int lane) {
+  static_assert(sizeof(T) == 4, "16-bit outputs are staged");
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int o = o_base + (lane >> 2) + 8 * h;
+    if (o >= p.cout_g) continue;
+    T* row = y + o * p.sy_c;
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+      const int64_t t = t0 + 8 * j + 2 * (lane & 3);
+      if (t >= p.L) break;
+      const float2 v = make_float2(acc[4 * j + 2 * h] + bias[h], acc[4 * j + 2 * h + 1] + bias[h]);
+      if (reinterpret_cast<uintptr_t>(row + t) % 8 == 0) {
+        *reinterpret_cast<float2*>(row + t) = v;
+      } else {
+        row[t] = v.x;
+        row[t + 1] = v.y;
+      }
+    }
+  }
+}
+
+// 16-bit epilogue.  Stored straight from the accumulators, every warp instruction would
+// touch 8 rows of y with 4 bytes each (v9/v10 profile: the epilogue ~16% of all samples
+// while the block's tensor cores idle).  So each warp stages 64 bytes of time of its 16
+// channels in shared memory (stage: its 1 KB, as a shared address and a pointer) and
+// writes them back as 16-byte stores, 4 lanes per row.
+template <class Tr, typename T, int NA>
+__device__ __forceinline__ void store_tile_staged(const float (&acc)[NA], const float (&bias)[2], T* y,
+                                                  const ConvParams& p, int o_base, int64_t t0, uint32_t stage,
+                                                  uint8_t* stage_ptr, int lane) {
+  constexpr int kSlice = Tr::kStageRowBytes / sizeof(T);  // time steps per staged slice
+#pragma unroll
+  for (int sl = 0; sl < 2 * NA / kSlice; ++sl) {
+    __syncwarp();  // the previous slice has been read back
+    // One 8x8 matrix per (column block, row half): lane t's packed pair is row t/4,
+    // elements 2(t%4), 2(t%4)+1, the stmatrix fragment; matrix m of a store is row half
+    // m%2 of column block 2*pair + m/2.
+#pragma unroll
+    for (int pair = 0; pair < kSlice / 16; ++pair) {
+      uint32_t v[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int jj = sl * (kSlice / 8) + 2 * pair + (m >> 1), h = m & 1;
+        v[m] = pack2(from_float<T>(acc[4 * jj + 2 * h] + bias[h]), from_float<T>(acc[4 * jj + 2 * h + 1] + bias[h]));
+      }
+      const int m = lane >> 3, row = 8 * (m & 1) + (lane & 7);
+      ptx::stmatrix_x4(stage + staged_offset<Tr>(row, 2 * pair + (m >> 1)), v);
+    }
+    __syncwarp();
+    // Read back: 16 rows x 4 chunks of 16 bytes, two per lane.
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int idx = lane + 32 * k, row = idx >> 2, chunk = idx & 3;
+      const uint4 val = *reinterpret_cast<const uint4*>(stage_ptr + staged_offset<Tr>(row, chunk));
+      const int o = o_base + row;
+      const int64_t t = t0 + sl * kSlice + chunk * Tr::kV;
+      if (o < p.cout_g && t < p.L) store_chunk(y + o * p.sy_c + t, val, p.L - t);
+    }
+  }
 }
 
 template <typename T, int N>
@@ -361,10 +430,6 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
     }
 
     // acc[4j + e]: output channel 16q + lane/4 (+8 for e >= 2), time 8j + 2(lane%4) + (e&1).
-    // Stored straight from there, every warp instruction would touch 8 rows of y with 4 or
-    // 8 bytes each (v9/v10 profile: the epilogue ~16% of all samples while the block's
-    // tensor cores idle).  So each warp stages 64 bytes of time of its 16 channels in
-    // shared memory and writes them back as 16-byte stores, 4 lanes per row.
     const int o_base = tc.ot * Tr::kBM + c * 64 + q * 16;  // the warp's first output channel
     float bias[2] = {0.f, 0.f};
 #pragma unroll
@@ -373,47 +438,11 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
       if (p.bias && o < p.cout_g) bias[h] = to_float(static_cast<const T*>(p.bias)[tc.g * p.cout_g + o]);
     }
     T* y = static_cast<T*>(p.y) + tc.b * p.sy_b + static_cast<int64_t>(tc.g * p.cout_g) * p.sy_c;
-    const uint32_t stage = staging + (warp - 4) * (16 * Tr::kStageRowBytes);
-    constexpr int kSlice = Tr::kStageRowBytes / sizeof(T);  // time steps per staged slice
-#pragma unroll
-    for (int sl = 0; sl < N / kSlice; ++sl) {
-      __syncwarp();  // the previous slice has been read back
-      if constexpr (sizeof(T) == 2) {
-        // One 8x8 matrix per (column block, row half): lane t's packed pair is row t/4,
-        // elements 2(t%4), 2(t%4)+1, the stmatrix fragment; matrix m of a store is row
-        // half m%2 of column block 2*pair + m/2.
-#pragma unroll
-        for (int pair = 0; pair < kSlice / 16; ++pair) {
-          uint32_t v[4];
-#pragma unroll
-          for (int m = 0; m < 4; ++m) {
-            const int jj = sl * (kSlice / 8) + 2 * pair + (m >> 1), h = m & 1;
-            v[m] = pack2(from_float<T>(acc[4 * jj + 2 * h] + bias[h]), from_float<T>(acc[4 * jj + 2 * h + 1] + bias[h]));
-          }
-          const int m = lane >> 3, row = 8 * (m & 1) + (lane & 7);
-          ptx::stmatrix_x4(stage + staged_offset<Tr>(row, 2 * pair + (m >> 1)), v);
-        }
-      } else {
-#pragma unroll
-        for (int jp = 0; jp < kSlice / 8; ++jp) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int jj = sl * (kSlice / 8) + jp, row = (lane >> 2) + 8 * h, byte = 32 * jp + 8 * (lane & 3);
-            *reinterpret_cast<float2*>(base_ptr + (stage - base) + staged_offset<Tr>(row, byte >> 4) + (byte & 15)) =
-                make_float2(acc[4 * jj + 2 * h] + bias[h], acc[4 * jj + 2 * h + 1] + bias[h]);
-          }
-        }
-      }
-      __syncwarp();
-      // Read back: 16 rows x 4 chunks of 16 bytes, two per lane.
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int idx = lane + 32 * k, row = idx >> 2, chunk = idx & 3;
-        const uint4 val = *reinterpret_cast<const uint4*>(base_ptr + (stage - base) + staged_offset<Tr>(row, chunk));
-        const int o = o_base + row;
-        const int64_t t = tc.t0 + sl * kSlice + chunk * Tr::kV;
-        if (o < p.cout_g && t < p.L) store_chunk(y + o * p.sy_c + t, val, p.L - t);
-      }
+    if constexpr (Tr::kStaged) {
+      store_tile_staged<Tr>(acc, bias, y, p, o_base, tc.t0, staging + (warp - 4) * (16 * Tr::kStageRowBytes),
+                            base_ptr + (staging - base) + (warp - 4) * (16 * Tr::kStageRowBytes), lane);
+    } else {
+      store_tile_direct<T, N>(acc, bias, y, p, o_base, tc.t0, lane);
     }
   }
 #else
