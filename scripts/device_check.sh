@@ -49,7 +49,7 @@ for step in $STEPS; do
       run memcheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 $PY scripts/sanitize.py
       run racecheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 SANITIZE_KERNELS=${RACECHECK_KERNELS:-} compute-sanitizer --tool racecheck --error-exitcode 1 $PY scripts/sanitize.py ;;
     profile)
-      for spec in "fwd float32 fwd_kernel" "fwd bfloat16 fwd_kernel" "bwd float32 wgrad_kernel"; do
+      for spec in "fwd float32 fwd_tma_kernel" "fwd bfloat16 fwd_tma_kernel" "bwd float32 wgrad_kernel"; do
         set -- $spec
         run "ncu_$1_$2" ncu --clock-control none -k "regex:$3" --launch-skip 2 --launch-count 1 \
           --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \
