@@ -96,21 +96,6 @@ __device__ __forceinline__ TileCoord decode_tile(int64_t tile, const FwdTmaPlan&
   return c;
 }
 
-// Position in a ring of n buffers: the buffer, and the parity of its current round.  A
-// consumer of buffer i waits for the round's phase of i's "full" barrier; a producer waits
-// for the previous round's phase of its "empty" barrier, with parity phase ^ 1, which a
-// freshly initialized barrier reports as complete: the first round needs no release.
-struct Ring {
-  int idx = 0;
-  uint32_t phase = 0;
-  __device__ __forceinline__ void next(int n) {
-    if (++idx == n) {
-      idx = 0;
-      phase ^= 1;
-    }
-  }
-};
-
 // The MMAs of one tap as one commit group: weights at wt, x from the tile row at xt.
 template <class Mma, class Tr>
 __device__ __forceinline__ void issue_tap(float (&acc)[Mma::kAcc], uint32_t wt, uint32_t xt) {

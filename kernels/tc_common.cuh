@@ -98,6 +98,21 @@ struct WarpRoles {
   static constexpr int kV = kChunkElems<T>;                // TMA start granularity (16 bytes)
 };
 
+// Position in a ring of n buffers: the buffer, and the parity of its current round.  A
+// consumer of buffer i waits for the round's phase of i's "full" barrier; a producer waits
+// for the previous round's phase of its "empty" barrier, with parity phase ^ 1, which a
+// freshly initialized barrier reports as complete: the first round needs no release.
+struct Ring {
+  int idx = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void next(int n) {
+    if (++idx == n) {
+      idx = 0;
+      phase ^= 1;
+    }
+  }
+};
+
 // One 16-byte async copy per loop step, spread over the block's threads.
 template <int kThreads>
 __device__ __forceinline__ void copy_chunks(uint32_t dst, const uint8_t* src, int nchunks) {

@@ -13,11 +13,15 @@
 // "shifter" warps write each tap's tile from it at the tap's offset, rounding to TF32 on
 // the way in fp32 mode (the tensor cores would truncate; dy is rounded in place).
 //
-// Warp roles: one thread of warpgroup 0 issues the copies for a ring of stages (`full`
-// counts the bytes, `empty` the consumers' release); warps 1-3 of warpgroup 0 shift
-// (`ready`); warpgroups 1-2 issue the MMAs, keeping one stage's MMAs in flight while the
-// next is issued.  Partial sums go to the split's workspace slice; wgrad_reduce.cu adds
-// the slices in a fixed order.
+// Warp roles: one thread of warpgroup 0 issues the copies; warps 1-3 of warpgroup 0
+// shift; warpgroups 1-2 issue the MMAs, keeping one stage's MMAs in flight while the next is
+// issued.  Two rings: the copies' slots (dy tile + raw x window; `full` counts the bytes,
+// `slot_free` the shifters' and the consumers' release) and the shifted x tiles (`ready`,
+// `tile_free`).  Until v14 a stage was one buffer of all three, three of them fit, and the
+// copy of stage s waited for the MMAs of s - 3: copy latency, shift and MMAs in one chain,
+// ~2 us per stage in both dtypes where the MMAs need 0.7.  The copies' slots are 26 KB
+// (fp32, 256 x-tile rows), so 4 fit beside three 32 KB x tiles.  Partial sums go to
+// the split's workspace slice; wgrad_reduce.cu adds the slices in a fixed order.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -30,6 +34,9 @@ namespace causalconv {
 namespace tc {
 namespace {
 
+// x tiles in flight: the shifters may run two stages ahead of the MMAs.
+constexpr int kWgradTiles = 3;
+
 template <typename T, int N>
 struct WgradTraits : WarpRoles<T> {
   static constexpr int kCT = kRowElems<T>;                  // reduction steps per stage
@@ -37,17 +44,17 @@ struct WgradTraits : WarpRoles<T> {
   static constexpr int kKSteps = kCT / kKStep;
   static constexpr int kDyBytes = WarpRoles<T>::kBM * 128;
   static constexpr int kTileBytes = N * 128;                // the taps' x tiles (B operand)
-  static constexpr int kMaxStages = 8;
+  static constexpr int kMaxSlots = 8, kTiles = kWgradTiles;  // ring depths: copies (at most), x tiles
   static_assert(N % 64 == 0 && N <= 256, "wgmma N for the tap x channel tile");
   static_assert(kCT == 32 * (4 / sizeof(T)), "a shifter lane moves one 4-byte word of a row");
 };
 
 struct WgradPlan {
-  int stages;
+  int slots;       // depth of the copies' ring
   int taps;        // taps per tile (KT)
   int it_rows;     // input channels per tile (a multiple of 8: one swizzle atom)
   int window;      // elements per raw x row: the taps' span plus alignment slack
-  int stage_bytes; // dy tile, x tiles, raw window; a multiple of 1024
+  int slot_bytes;  // dy tile and raw window; a multiple of 1024
   int n_kt, n_it, n_ot;
   int64_t n_tiles, units, per_split;
   int splits;
@@ -64,12 +71,15 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
   const uint32_t raw = ptx::smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
   uint8_t* base_ptr = smem_raw + (base - raw);
-  const int nst = pl.stages;
-  const uint32_t bars = base + nst * pl.stage_bytes;  // full[nst], ready[nst], empty[nst]
-  auto full = [&](int st) { return bars + 8u * st; };
-  auto ready = [&](int st) { return bars + 8u * (nst + st); };
-  auto empty = [&](int st) { return bars + 8u * (2 * nst + st); };
-  constexpr int kRawOffset = Tr::kDyBytes + Tr::kTileBytes;
+  // [x tiles][copy slots][barriers]
+  const int nsl = pl.slots;
+  const uint32_t slots_base = base + Tr::kTiles * Tr::kTileBytes;
+  const uint32_t bars = slots_base + nsl * pl.slot_bytes;
+  auto full = [&](int sl) { return bars + 8u * sl; };
+  auto slot_free = [&](int sl) { return bars + 8u * (nsl + sl); };
+  auto ready = [&](int x) { return bars + 8u * (2 * nsl + x); };
+  auto tile_free = [&](int x) { return bars + 8u * (2 * nsl + Tr::kTiles + x); };
+  constexpr int kRawOffset = Tr::kDyBytes;  // in a copy slot
 
   int64_t tile = blockIdx.x % pl.n_tiles;
   const int64_t split = blockIdx.x / pl.n_tiles;
@@ -90,10 +100,13 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
 
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
-    for (int st = 0; st < nst; ++st) {
-      ptx::mbar_init(full(st), 1);
-      ptx::mbar_init(ready(st), Tr::kShifters);
-      ptx::mbar_init(empty(st), 128 * Tr::kConsumers);
+    for (int sl = 0; sl < nsl; ++sl) {
+      ptx::mbar_init(full(sl), 1);
+      ptx::mbar_init(slot_free(sl), Tr::kShifters + 128 * Tr::kConsumers);
+    }
+    for (int x = 0; x < Tr::kTiles; ++x) {
+      ptx::mbar_init(ready(x), Tr::kShifters);
+      ptx::mbar_init(tile_free(x), 128 * Tr::kConsumers);
     }
     ptx::fence_mbar_init();
   }
@@ -102,38 +115,50 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
   const uint32_t n_tc = static_cast<uint32_t>(ceil_div(p.L, Tr::kCT));  // units fit 32 bits (host check)
   if (wg == 0) {
     if (warp == 0 && lane == 0) {
-      // Producer: stage s reuses the buffer of s - nst once both consumers released it.
+      // Producer: stage s reuses the copy slot of s - nsl once the shifters and both
+      // consumers released it.
       ptx::tma_prefetch_descriptor(&map_dy);
       ptx::tma_prefetch_descriptor(&map_x);
       const int dy_row0 = g * p.cout_g + ot * Tr::kBM;
       const int x_row0 = g * p.cin_g + it * pl.it_rows;
       const uint32_t bytes = Tr::kDyBytes + pl.it_rows * pl.window * static_cast<int>(sizeof(T));
-      for (int s = 0; s < S; ++s) {
-        const int st = s % nst;
-        if (s >= nst) ptx::mbar_wait(empty(st), ((s / nst) - 1) & 1);
-        const uint32_t uu = static_cast<uint32_t>(u0 + s);
-        const int b = static_cast<int>(uu / n_tc), t0 = static_cast<int>(uu % n_tc) * Tr::kCT;
-        const uint32_t stage = base + st * pl.stage_bytes;
-        ptx::mbar_arrive_expect_tx(full(st), bytes);
-        ptx::tma_load_2d(stage, &map_dy, t0, b * static_cast<int>(p.groups * p.cout_g) + dy_row0, full(st));
-        ptx::tma_load_2d(stage + kRawOffset, &map_x, t0 + lead, b * static_cast<int>(p.groups * p.cin_g) + x_row0,
-                         full(st));
+      Ring sr;  // copy slots
+      uint32_t b = static_cast<uint32_t>(u0 / n_tc), tci = static_cast<uint32_t>(u0 % n_tc);  // unit u0 + s
+      for (int s = 0; s < S; ++s, sr.next(nsl)) {
+        ptx::mbar_wait(slot_free(sr.idx), sr.phase ^ 1);
+        const int t0 = static_cast<int>(tci) * Tr::kCT;
+        const uint32_t slot = slots_base + sr.idx * pl.slot_bytes;
+        ptx::mbar_arrive_expect_tx(full(sr.idx), bytes);
+        ptx::tma_load_2d(slot, &map_dy, t0, static_cast<int>(b) * (p.groups * p.cout_g) + dy_row0, full(sr.idx));
+        ptx::tma_load_2d(slot + kRawOffset, &map_x, t0 + lead, static_cast<int>(b) * (p.groups * p.cin_g) + x_row0,
+                         full(sr.idx));
+        if (++tci == n_tc) {
+          tci = 0;
+          ++b;
+        }
       }
     } else if (warp > 0) {
+      const int sw = warp - 1, stid = threadIdx.x - 32;  // shifter warp, thread
       // Shifters: row n = tap * it_rows + channel of the x tiles, in blocks of 8 rows per
       // warp (eight independent loads in flight), one 4-byte word per lane, stored at its
       // swizzled position; block rows start at multiples of 8, so row j of a block has
       // swizzle phase j.
-      const int blocks = taps * pl.it_rows / 8;
+      // Block blk = 8-row block rb of tap k, rb = blk % (it_rows / 8): the same walk every
+      // stage, stepped without divisions (the v14 profile found the shifters, which the
+      // consumers wait on, spending a fifth of their instructions on a division per block).
+      const int blocks = taps * pl.it_rows / 8, bpt = pl.it_rows / 8, k_first = sw / bpt;
+      constexpr int kWarps = Tr::kShifters / 32;
       const uint32_t word = static_cast<uint32_t>((lane & 3) * 4);
-      for (int s = 0; s < S; ++s) {
-        const int st = s % nst;
-        ptx::mbar_wait(full(st), (s / nst) & 1);
-        uint8_t* stage = base_ptr + st * pl.stage_bytes;
-        const T* raw = reinterpret_cast<const T*>(stage + kRawOffset);
-        for (int blk = warp - 1; blk < blocks; blk += Tr::kShifters / 32) {
-          const int n0 = blk * 8, k = n0 / pl.it_rows, r0 = n0 - k * pl.it_rows;
-          const T* src = raw + r0 * pl.window + off0 + k * p.dilation;
+      Ring sr, xr;  // copy slots, x tiles
+      for (int s = 0; s < S; ++s, sr.next(nsl), xr.next(Tr::kTiles)) {
+        ptx::mbar_wait(full(sr.idx), sr.phase);
+        ptx::mbar_wait(tile_free(xr.idx), xr.phase ^ 1);
+        uint8_t* slot = base_ptr + (slots_base - base) + sr.idx * pl.slot_bytes;
+        uint8_t* x_tile = base_ptr + xr.idx * Tr::kTileBytes;
+        const T* raw = reinterpret_cast<const T*>(slot + kRawOffset);
+        int k = k_first, rb = sw - k_first * bpt;
+        for (int blk = sw; blk < blocks; blk += kWarps) {
+          const T* src = raw + rb * 8 * pl.window + off0 + k * p.dilation;
           uint32_t v[8];
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
@@ -144,15 +169,16 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
               v[j] = pack2(src[j * pl.window + 2 * lane], src[j * pl.window + 2 * lane + 1]);
             }
           }
-          uint8_t* dst = stage + Tr::kDyBytes + n0 * 128 + word;
+          uint8_t* dst = x_tile + blk * 8 * 128 + word;
 #pragma unroll
           for (int j = 0; j < 8; ++j) *reinterpret_cast<uint32_t*>(dst + j * 128 + (((lane >> 2) ^ j) << 4)) = v[j];
+          for (rb += kWarps; rb >= bpt; rb -= bpt) ++k;
         }
         if constexpr (std::is_same_v<T, float>) {
           if (tf32) {
-            float4* dyv = reinterpret_cast<float4*>(stage);
+            float4* dyv = reinterpret_cast<float4*>(slot);
 #pragma unroll 4
-            for (int i = threadIdx.x - 32; i < Tr::kDyBytes / 16; i += Tr::kShifters) {
+            for (int i = stid; i < Tr::kDyBytes / 16; i += Tr::kShifters) {
               float4 f = dyv[i];
               f.x = round_tf32(f.x);
               f.y = round_tf32(f.y);
@@ -163,7 +189,8 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
           }
         }
         ptx::fence_proxy_async();  // the MMAs read through the async proxy
-        ptx::mbar_arrive(ready(st));
+        ptx::mbar_arrive(ready(xr.idx));
+        ptx::mbar_arrive(slot_free(sr.idx));  // the raw window is read (dy stays for the MMAs)
       }
     }
     return;
@@ -174,19 +201,25 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
   float acc[N / 2];
 #pragma unroll
   for (int j = 0; j < N / 2; ++j) acc[j] = 0.f;
-  for (int s = 0; s < S; ++s) {
-    const int st = s % nst;
-    ptx::mbar_wait(ready(st), (s / nst) & 1);
-    const uint32_t dy_tile = base + st * pl.stage_bytes + c * 64 * 128;
-    const uint32_t x_tile = base + st * pl.stage_bytes + Tr::kDyBytes;
+  Ring sr, xr;                // copy slots (dy), x tiles
+  int prev_sl = -1, prev_x = -1;  // stage s - 1's, released once its MMAs retired
+  for (int s = 0; s < S; ++s, sr.next(nsl), xr.next(Tr::kTiles)) {
+    ptx::mbar_wait(ready(xr.idx), xr.phase);  // after full: the shifters waited for the copies
+    const uint32_t dy_tile = slots_base + sr.idx * pl.slot_bytes + c * 64 * 128;
+    const uint32_t x_tile = base + xr.idx * Tr::kTileBytes;
     ptx::wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < Tr::kKSteps; ++ks) {
       Mma::run(acc, ptx::desc_kmajor_sw128(dy_tile + ks * 32), ptx::desc_kmajor_sw128(x_tile + ks * 32));
     }
     ptx::wgmma_commit();
-    ptx::wgmma_wait<1>();  // stage s-1's MMAs have retired: release its buffer
-    if (s > 0) ptx::mbar_arrive(empty((s - 1) % nst));
+    ptx::wgmma_wait<1>();  // stage s-1's MMAs have retired: release its dy and x tile
+    if (prev_sl >= 0) {
+      ptx::mbar_arrive(slot_free(prev_sl));
+      ptx::mbar_arrive(tile_free(prev_x));
+    }
+    prev_sl = sr.idx;
+    prev_x = xr.idx;
   }
   ptx::wgmma_wait<0>();
 
@@ -221,10 +254,10 @@ int raw_window(const WgradParams& p, int taps, int ct, int v) {
 }
 
 // Fewest MMA columns over the whole problem, then the widest n, then the most taps per
-// tile (the least raw window traffic); a stage must leave room for two in shared memory.
+// tile (the least raw window traffic); two x tiles and two copy slots must fit.
 NTile pick_n_tile(const WgradParams& p, int elem) {
   const int ct = 128 / elem, v = 16 / elem;
-  const int max_stage = (max_smem_optin() - 2048) / 2;
+  const int budget = max_smem_optin() - 2048;
   NTile best{0, 0, 0, 0};
   int64_t best_cost = -1;
   for (int taps = 1; taps <= std::min(p.K, 32); ++taps) {
@@ -232,8 +265,8 @@ NTile pick_n_tile(const WgradParams& p, int elem) {
     if (window > 256) break;  // the TMA box limit; wider spans take fewer taps per tile
     for (int rows = 8; taps * rows <= 256; rows += 8) {
       const int n = static_cast<int>(ceil_div(taps * rows, 64) * 64);
-      const int stage = 2 * 128 * 64 + n * 128 + static_cast<int>(ceil_div(rows * window * elem, 1024) * 1024);
-      if (stage > max_stage) continue;
+      const int slot = 128 * 128 + static_cast<int>(ceil_div(rows * window * elem, 1024) * 1024);  // dy + raw x
+      if (kWgradTiles * n * 128 + 2 * slot > budget) continue;
       const int64_t cost = ceil_div(p.K, taps) * ceil_div(p.cin_g, rows) * n;
       const bool better = best_cost < 0 || cost < best_cost ||
                           (cost == best_cost && (n > best.n || (n == best.n && taps > best.taps)));
@@ -246,6 +279,9 @@ NTile pick_n_tile(const WgradParams& p, int elem) {
   return best;
 }
 
+template <class Tr>
+constexpr int kBarrierBytes = 8 * 2 * (Tr::kMaxSlots + Tr::kTiles);
+
 template <typename T, int N>
 WgradPlan make_plan(const WgradParams& p, const NTile& nt, int sm_count) {
   using Tr = WgradTraits<T, N>;
@@ -253,12 +289,13 @@ WgradPlan make_plan(const WgradParams& p, const NTile& nt, int sm_count) {
   pl.taps = nt.taps;
   pl.it_rows = nt.it_rows;
   pl.window = nt.window;
-  pl.stage_bytes = Tr::kDyBytes + Tr::kTileBytes +
-                   static_cast<int>(ceil_div(nt.it_rows * nt.window * static_cast<int>(sizeof(T)), 1024) * 1024);
+  pl.slot_bytes =
+      Tr::kDyBytes + static_cast<int>(ceil_div(nt.it_rows * nt.window * static_cast<int>(sizeof(T)), 1024) * 1024);
   pl.n_kt = static_cast<int>(ceil_div(p.K, nt.taps));
   pl.n_it = static_cast<int>(ceil_div(p.cin_g, nt.it_rows));
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kBM));
-  pl.stages = std::min(Tr::kMaxStages, (max_smem_optin() - 1024 - 3 * 8 * Tr::kMaxStages) / pl.stage_bytes);
+  pl.slots = std::min(Tr::kMaxSlots,
+                      (max_smem_optin() - 1024 - kBarrierBytes<Tr> - Tr::kTiles * Tr::kTileBytes) / pl.slot_bytes);
   pl.n_tiles = static_cast<int64_t>(p.groups) * pl.n_kt * pl.n_it * pl.n_ot;
   pl.units = p.B * ceil_div(p.L, Tr::kCT);
   const int64_t n_out = static_cast<int64_t>(p.groups) * p.cout_g * p.cin_g * p.K;
@@ -274,9 +311,10 @@ WgradPlan make_plan(const WgradParams& p, const NTile& nt, int sm_count) {
 template <typename T, int N>
 void launch(const WgradParams& p, const WgradPlan& pl, at::ScalarType dtype, cudaStream_t stream) {
   using Tr = WgradTraits<T, N>;
-  const size_t smem = static_cast<size_t>(pl.stages) * pl.stage_bytes + 3 * 8 * pl.stages + 1024;
-  TORCH_CHECK(pl.stages >= 2 && smem <= static_cast<size_t>(max_smem_optin()),
-              "causalconv: weight-gradient pipeline needs 2 stages of ", pl.stage_bytes, " bytes of shared memory");
+  const size_t smem = static_cast<size_t>(Tr::kTiles) * Tr::kTileBytes + static_cast<size_t>(pl.slots) * pl.slot_bytes +
+                      kBarrierBytes<Tr> + 1024;
+  TORCH_CHECK(pl.slots >= 2 && smem <= static_cast<size_t>(max_smem_optin()),
+              "causalconv: weight-gradient pipeline needs 2 copy slots of ", pl.slot_bytes, " bytes of shared memory");
   const int64_t blocks = pl.n_tiles * pl.splits;
   const int64_t C_out = static_cast<int64_t>(p.groups) * p.cout_g, C_in = static_cast<int64_t>(p.groups) * p.cin_g;
   TORCH_CHECK(blocks <= INT32_MAX && pl.units <= INT32_MAX && p.B * std::max(C_out, C_in) <= INT32_MAX &&
