@@ -144,8 +144,8 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
       // swizzled position; block rows start at multiples of 8, so row j of a block has
       // swizzle phase j.
       // Block blk = 8-row block rb of tap k, rb = blk % (it_rows / 8): the same walk every
-      // stage, stepped without divisions (the v14 profile found the shifters, which the
-      // consumers wait on, spending a fifth of their instructions on a division per block).
+      // stage, stepped without divisions (the v14 profile had a signed division per block
+      // among the hottest instructions of the shifters, which the consumers wait on).
       const int blocks = taps * pl.it_rows / 8, bpt = pl.it_rows / 8, k_first = sw / bpt;
       constexpr int kWarps = Tr::kShifters / 32;
       const uint32_t word = static_cast<uint32_t>((lane & 3) * 4);
