@@ -254,7 +254,7 @@ int raw_window(const WgradParams& p, int taps, int ct, int v) {
 }
 
 // Fewest MMA columns over the whole problem, then the widest n, then the most taps per
-// tile (the least raw window traffic); two x tiles and two copy slots must fit.
+// tile (the least raw window traffic); kWgradTiles x tiles and two copy slots must fit.
 NTile pick_n_tile(const WgradParams& p, int elem) {
   const int ct = 128 / elem, v = 16 / elem;
   const int budget = max_smem_optin() - 2048;
