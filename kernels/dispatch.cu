@@ -90,9 +90,8 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
   auto tensor_cores = [&](bool use_wgmma, bool register_a) {
     c.kind = use_wgmma ? KernelKind::kFwdWgmma : KernelKind::kFwdMma;
     c.copy_x = !x_ok;
-    // After the copy (if any) x meets the TMA kernel's layout needs; 3xTF32 stays on the
-    // register-A kernel.
-    c.tma = use_wgmma && !register_a && p.precision != Precision::kTF32x3;
+    // After the copy (if any) x meets the TMA kernel's layout needs.
+    c.tma = use_wgmma && !register_a;
     // 128 output channels per block when the channel count and the grid are large
     // enough; the 3xTF32 split always uses 64 (register budget).
     const int64_t blocks128 = ceil_div(p.cout_g, 128) * p.groups * ceil_div(p.L, 256) * p.B;

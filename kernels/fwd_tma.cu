@@ -41,17 +41,25 @@ namespace causalconv {
 namespace tc {
 namespace {
 
-template <typename T, int N>
+template <typename T, int N, bool kSplitParts>
 struct FwdTmaTraits : WarpRoles<T> {
   static constexpr int kCI = kRowElems<T>;                       // input channels per stage
   static constexpr int kKSteps = kCI / Elem<T>::kKStep;
-  static constexpr int kTapBytes = WarpRoles<T>::kBM * 128;      // one tap of the weight image
+  // The 3xTF32 split keeps both operands as two TF32 parts, hi and lo (x tiles and weight
+  // slots hold both), and runs three MMAs per step: lo*hi + hi*lo + hi*hi.
+  static constexpr bool kSplit = kSplitParts;
+  static constexpr int kParts = kSplit ? 2 : 1;
+  static constexpr int kTapBytes = WarpRoles<T>::kBM * 128;      // one part of one tap of the weight image
+  static constexpr int kSlotBytes = kTapBytes * kParts;          // one weight slot: a tap, all parts
   static constexpr int kMaxTaps = 4;                             // taps per x stage
   // fp32 adds a fourth warpgroup of shifters (warpgroup 3): its element-wise transpose
   // kept the three shifter warps 100% busy and the consumers ~30% of their time waiting
   // for the tile (ncu, default problem), while the 16-bit types' matrix-transpose
   // instructions need no more than three warps.
-  static constexpr int kExtraShifterGroups = std::is_same_v<T, float> ? 1 : 0;
+  // Not with the split: its consumers hold a second accumulator set (below), which needs
+  // the registers of a 384-thread block, and their three MMAs per step leave the
+  // shifters three times as long per tile.
+  static constexpr int kExtraShifterGroups = std::is_same_v<T, float> && !kSplit ? 1 : 0;
   static constexpr int kThreads = WarpRoles<T>::kThreads + 128 * kExtraShifterGroups;
   static constexpr int kShifters = WarpRoles<T>::kShifters + 128 * kExtraShifterGroups;
   // Ring depths: x tiles; raw windows, two so that the next one lands while the shifters
@@ -67,14 +75,21 @@ struct FwdTmaTraits : WarpRoles<T> {
   static constexpr int kStageRowBytes = 64;
   static constexpr int kStageBytes = kStaged ? WarpRoles<T>::kConsumerWarps * 16 * kStageRowBytes : 0;
   static_assert(N % 64 == 0 && N <= 192, "a time tile plus its halo must fit one 256-wide TMA box");
+  // The split's consumers keep a stage's products in a chain accumulator of their own and
+  // add it to the tile's totals with fp32 adds (the tensor cores' accumulation truncates,
+  // and over a tile's hundreds of chained MMAs that bias exceeded fp32 accuracy, NOTES
+  // v2): 2 x N/2 accumulators, which fit a 384-thread block's 168 registers for N <= 128.
+  static_assert(!kSplit || (std::is_same_v<T, float> && N <= 128), "the 3xTF32 split is fp32 with N <= 128");
 };
 
 struct FwdTmaPlan {
   const void* w;     // the weight image (128-row output-channel tiles)
+  const void* w_lo;  // its lo part (3xTF32 split), laid out as w
   int n_ot, n_ic;    // output-channel tiles, input-channel chunks (per group)
   int tpg, ngroups;  // taps per x stage, x stages per chunk
   int window;        // raw x row (elements): the tile, the taps' span, alignment slack
-  int tile_bytes;    // one transposed x tile (window rows of 128 bytes)
+  int tile_bytes;    // one transposed x tile, all parts
+  int part_bytes;    // one part of it (window rows of 128 bytes)
   int raw_bytes;     // one raw window
   int slots, nraw;   // ring depths: weight taps, raw windows (x tiles: kTiles)
   int64_t n_tt, n_tiles;
@@ -96,14 +111,21 @@ __device__ __forceinline__ TileCoord decode_tile(int64_t tile, const FwdTmaPlan&
   return c;
 }
 
-// The MMAs of one tap as one commit group: weights at wt, x from the tile row at xt.
+// The MMAs of one tap as one commit group: weights at wt, x from the tile row at xt, and
+// with the split their lo parts Tr::kTapBytes and x_lo bytes further on.
 template <class Mma, class Tr>
-__device__ __forceinline__ void issue_tap(float (&acc)[Mma::kAcc], uint32_t wt, uint32_t xt) {
+__device__ __forceinline__ void issue_tap(float (&acc)[Mma::kAcc], uint32_t wt, uint32_t xt, uint32_t x_lo) {
 #if CAUSALCONV_HAS_WGMMA
   ptx::wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < Tr::kKSteps; ++ks)
-    Mma::run(acc, ptx::desc_kmajor_sw128(wt + ks * 32), ptx::desc_kmajor_sw128(xt + ks * 32));
+  for (int ks = 0; ks < Tr::kKSteps; ++ks) {
+    const uint64_t w_hi = ptx::desc_kmajor_sw128(wt + ks * 32), x_hi = ptx::desc_kmajor_sw128(xt + ks * 32);
+    if constexpr (Tr::kSplit) {  // the small products first
+      Mma::run(acc, ptx::desc_kmajor_sw128(wt + Tr::kTapBytes + ks * 32), x_hi);
+      Mma::run(acc, w_hi, ptx::desc_kmajor_sw128(xt + x_lo + ks * 32));
+    }
+    Mma::run(acc, w_hi, x_hi);
+  }
   ptx::wgmma_commit();
 #endif
 }
@@ -156,10 +178,10 @@ __device__ __forceinline__ void transpose_window_b16(uint32_t raw, uint32_t tile
 // time blocks, tb = 8m + (lane + s) % 8: with a window of 8n elements the loads then fall
 // in eight distinct bank groups (chunk (4ch + e) * window / 4 + tb, mod 8), and so do the
 // stores (chunk ch ^ (row % 8) of rows 4tb + j).  Octet q of the shifters takes m = q / 8,
-// s = q % 8.
+// s = q % 8.  With the split the lo parts go to the same place part_bytes further on.
 template <class Tr>
-__device__ __forceinline__ void transpose_window_f32(const float* src, uint8_t* dst, int window, int tid, int valid,
-                                                     bool tf32) {
+__device__ __forceinline__ void transpose_window_f32(const float* src, uint8_t* dst, int part_bytes, int window,
+                                                     int tid, int valid, bool tf32) {
   static_assert(Tr::kCI == 32 && Tr::kShifters % 8 == 0, "eight 4-channel chunks per row, whole octets");
   const int ch = tid & 7, blocks = window / 4;
   const int octets = 8 * ((blocks + 7) / 8);
@@ -176,12 +198,16 @@ __device__ __forceinline__ void transpose_window_f32(const float* src, uint8_t* 
     const float(*f)[4] = reinterpret_cast<const float(*)[4]>(v);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      uint32_t out[4];
+      uint32_t out[4], lo[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) out[e] = f32_bits(tf32 ? round_tf32(f[e][j]) : f[e][j]);
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (Tr::kSplit) tf32_parts<true>(f[e][j], out[e], lo[e]);
+        else out[e] = f32_bits(tf32 ? round_tf32(f[e][j]) : f[e][j]);
+      }
       const int row = 4 * tb + j;
-      *reinterpret_cast<uint4*>(dst + row * 128 + (swizzle_chunk(row, ch) << 4)) =
-          make_uint4(out[0], out[1], out[2], out[3]);
+      uint8_t* chunk = dst + row * 128 + (swizzle_chunk(row, ch) << 4);
+      *reinterpret_cast<uint4*>(chunk) = make_uint4(out[0], out[1], out[2], out[3]);
+      if constexpr (Tr::kSplit) *reinterpret_cast<uint4*>(chunk + part_bytes) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
   }
 }
@@ -277,10 +303,10 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[NA], const 
   }
 }
 
-template <typename T, int N>
-__global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
+template <typename T, int N, bool kSplit>
+__global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
     fwd_tma_kernel(const __grid_constant__ CUtensorMap map_x, ConvParams p, FwdTmaPlan pl) {
-  using Tr = FwdTmaTraits<T, N>;
+  using Tr = FwdTmaTraits<T, N, kSplit>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
 #if CAUSALCONV_HAS_WGMMA
   using Mma = wgmma::MmaSS<typename Elem<T>::Wg, N>;
@@ -290,7 +316,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
   const int nslots = pl.slots, nraw = pl.nraw;
   // [weight slots][x tiles][raw windows][epilogue staging][barriers], each buffer 1024-byte
   // aligned
-  const uint32_t tiles_base = base + nslots * Tr::kTapBytes;
+  const uint32_t tiles_base = base + nslots * Tr::kSlotBytes;
   const uint32_t raw_base = tiles_base + Tr::kTiles * pl.tile_bytes;
   const uint32_t staging = raw_base + nraw * pl.raw_bytes;
   const uint32_t bars = staging + Tr::kStageBytes;
@@ -340,11 +366,16 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
           ptx::mbar_arrive_expect_tx(rawfull(rr.idx), raw_bytes);
           ptx::tma_load_3d(raw_base + rr.idx * pl.raw_bytes, &map_x, static_cast<int>(a0),
                            tc.g * p.cin_g + ic * Tr::kCI, static_cast<int>(tc.b), rawfull(rr.idx));
-          const uint8_t* w = static_cast<const uint8_t*>(pl.w) + ((w_tile + ic) * p.K + k0) * Tr::kTapBytes;
+          const int64_t w_off = ((w_tile + ic) * p.K + k0) * Tr::kTapBytes;
           for (int kk = 0; kk < nt; ++kk, wr.next(nslots)) {
+            const uint32_t slot = base + wr.idx * Tr::kSlotBytes;
+            const int64_t src = w_off + kk * Tr::kTapBytes;
             ptx::mbar_wait(wempty(wr.idx), wr.phase ^ 1);
-            ptx::mbar_arrive_expect_tx(wfull(wr.idx), Tr::kTapBytes);
-            ptx::bulk_load(base + wr.idx * Tr::kTapBytes, w + kk * Tr::kTapBytes, Tr::kTapBytes, wfull(wr.idx));
+            ptx::mbar_arrive_expect_tx(wfull(wr.idx), Tr::kSlotBytes);
+            ptx::bulk_load(slot, static_cast<const uint8_t*>(pl.w) + src, Tr::kTapBytes, wfull(wr.idx));
+            if constexpr (Tr::kSplit)
+              ptx::bulk_load(slot + Tr::kTapBytes, static_cast<const uint8_t*>(pl.w_lo) + src, Tr::kTapBytes,
+                             wfull(wr.idx));
           }
         }
       }
@@ -354,7 +385,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
     // move 8x8 blocks with the matrix-transpose instructions, fp32 4x4 blocks through
     // registers.
     const int tid = wg == 0 ? threadIdx.x - 32 : threadIdx.x - 128 * (Tr::kConsumers + 1) + WarpRoles<T>::kShifters;
-    const bool tf32 = std::is_same_v<T, float> && p.precision == Precision::kTF32;
+    const bool tf32 = std::is_same_v<T, float> && p.precision != Precision::kNative;
     Ring xr, rr;
     for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
       for (int j = 0; j < S; ++j, xr.next(Tr::kTiles), rr.next(nraw)) {
@@ -368,7 +399,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
         } else {
           transpose_window_f32<Tr>(
               reinterpret_cast<const float*>(base_ptr + (raw_base - base) + rr.idx * pl.raw_bytes),
-              base_ptr + (tiles_base - base) + xr.idx * pl.tile_bytes, pl.window, tid, valid, tf32);
+              base_ptr + (tiles_base - base) + xr.idx * pl.tile_bytes, pl.part_bytes, pl.window, tid, valid, tf32);
         }
         ptx::fence_proxy_async();  // the MMAs read through the async proxy
         ptx::mbar_arrive(rawempty(rr.idx));
@@ -381,13 +412,16 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
   // Consumers: warpgroup c owns output channels 64c .. 64c+63 of the tile's 128.  After
   // issuing a tap they wait for the previous one to retire and release its weight slot,
   // and the previous x tile once its last tap has retired: one lane per warp arrives.
+  // With the split, a stage's MMAs accumulate in `chain`, which the stage's end waits
+  // for and adds to acc (up to 4 taps x 4 steps x 3 products: chains of at most 48 MMAs).
   const int c = wg - 1, q = warp & 3;
-  float acc[N / 2];
+  float acc[N / 2], part[N / 2];  // part: unused without the split
+  float(&chain)[N / 2] = Tr::kSplit ? part : acc;
   Ring wr, xr;
   for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
     const TileCoord tc = decode_tile(tile, pl, p.groups, N);
 #pragma unroll
-    for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
+    for (int i = 0; i < N / 2; ++i) chain[i] = acc[i] = 0.f;
     int prev_w = -1, done_x = -1;  // in flight: the previous tap's slot; the x tile it finished
     for (int j = 0; j < S; ++j, xr.next(Tr::kTiles)) {
       const int ic = j / pl.ngroups, k0 = (j - ic * pl.ngroups) * pl.tpg, nt = min(pl.tpg, p.K - k0);
@@ -397,7 +431,8 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
       ptx::mbar_wait(ready(xr.idx), xr.phase);
       for (int kk = 0; kk < nt; ++kk, wr.next(nslots)) {
         ptx::mbar_wait(wfull(wr.idx), wr.phase);
-        issue_tap<Mma, Tr>(acc, base + wr.idx * Tr::kTapBytes + c * 64 * 128, xt + kk * p.dilation * 128);
+        issue_tap<Mma, Tr>(chain, base + wr.idx * Tr::kSlotBytes + c * 64 * 128, xt + kk * p.dilation * 128,
+                           pl.part_bytes);
         ptx::wgmma_wait<1>();  // the previous tap's MMAs have retired
         if (lane == 0) {
           if (prev_w >= 0) ptx::mbar_arrive(wempty(prev_w));
@@ -407,11 +442,26 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N>::kThreads, 1)
         done_x = -1;
       }
       done_x = xr.idx;
+      if constexpr (Tr::kSplit) {
+        ptx::wgmma_wait<0>();
+        if (lane == 0) {
+          ptx::mbar_arrive(wempty(prev_w));
+          ptx::mbar_arrive(xempty(done_x));
+        }
+        prev_w = done_x = -1;
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) {
+          acc[i] += part[i];
+          part[i] = 0.f;
+        }
+      }
     }
-    ptx::wgmma_wait<0>();
-    if (lane == 0) {
-      ptx::mbar_arrive(wempty(prev_w));
-      ptx::mbar_arrive(xempty(done_x));
+    if constexpr (!Tr::kSplit) {
+      ptx::wgmma_wait<0>();
+      if (lane == 0) {
+        ptx::mbar_arrive(wempty(prev_w));
+        ptx::mbar_arrive(xempty(done_x));
+      }
     }
 
     // acc[4j + e]: output channel 16q + lane/4 (+8 for e >= 2), time 8j + 2(lane%4) + (e&1).
@@ -441,9 +491,9 @@ int64_t tile_count(const ConvParams& p, int n) {
 }
 
 // Shared-memory layout of one launch for time tile n; slots == 0 when none fits.
-template <typename T, int N>
+template <typename T, int N, bool kSplit>
 FwdTmaPlan make_plan(const ConvParams& p, int smem_limit) {
-  using Tr = FwdTmaTraits<T, N>;
+  using Tr = FwdTmaTraits<T, N, kSplit>;
   FwdTmaPlan pl{};
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kBM));
   pl.n_ic = static_cast<int>(ceil_div(p.cin_g, Tr::kCI));
@@ -455,12 +505,14 @@ FwdTmaPlan make_plan(const ConvParams& p, int smem_limit) {
     // bank conflicts.
     const int64_t window = ceil_div(Tr::kV - 1 + static_cast<int64_t>(tpg - 1) * p.dilation + N, 8) * 8;
     if (window > 256) continue;  // the TMA box limit: wide spans take fewer taps per stage
-    const int tile = static_cast<int>(ceil_div(window * 128, 1024) * 1024);
+    const int part = static_cast<int>(ceil_div(window * 128, 1024) * 1024);
+    const int tile = part * Tr::kParts;
     const int raw = static_cast<int>(ceil_div(Tr::kCI * window * static_cast<int64_t>(sizeof(T)), 1024) * 1024);
-    const int slots = std::min(Tr::kMaxSlots, (avail - Tr::kTiles * tile - Tr::kRaw * raw) / Tr::kTapBytes);
+    const int slots = std::min(Tr::kMaxSlots, (avail - Tr::kTiles * tile - Tr::kRaw * raw) / Tr::kSlotBytes);
     if (slots < 2) continue;  // one tap retiring while the next runs
     pl.tpg = tpg;
     pl.window = static_cast<int>(window);
+    pl.part_bytes = part;
     pl.tile_bytes = tile;
     pl.raw_bytes = raw;
     pl.nraw = Tr::kRaw;
@@ -471,38 +523,46 @@ FwdTmaPlan make_plan(const ConvParams& p, int smem_limit) {
   return pl;
 }
 
-template <typename T, int N>
+template <typename T, int N, bool kSplit>
 void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream) {
-  using Tr = FwdTmaTraits<T, N>;
-  constexpr Precision kImage = std::is_same_v<T, float> ? Precision::kTF32 : Precision::kNative;
+  using Tr = FwdTmaTraits<T, N, kSplit>;
+  constexpr Precision kImage =
+      kSplit ? Precision::kTF32x3 : (std::is_same_v<T, float> ? Precision::kTF32 : Precision::kNative);
   const int smem_limit = max_smem_optin();
-  FwdTmaPlan pl = make_plan<T, N>(p, smem_limit);
+  FwdTmaPlan pl = make_plan<T, N, kSplit>(p, smem_limit);
   TORCH_CHECK(pl.slots >= 2, "causalconv: no TMA forward pipeline fits dilation ", p.dilation);
   TORCH_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
               "causalconv: problem too large for 32-bit TMA coordinates");
-  const size_t smem = static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(Tr::kTiles) * pl.tile_bytes +
+  const size_t smem = static_cast<size_t>(pl.slots) * Tr::kSlotBytes + static_cast<size_t>(Tr::kTiles) * pl.tile_bytes +
                       static_cast<size_t>(pl.nraw) * pl.raw_bytes + Tr::kStageBytes + Tr::kBarrierBytes + 1024;
 
-  // The image lives in this stream's scratch buffer, leased until the kernel is enqueued.
+  // The image (its hi and lo parts with the split) lives in this stream's scratch
+  // buffer, leased until the kernel is enqueued.
   const int64_t image = weight_image_elems<T, Tr::kBM>(p);
-  ScratchLease scratch(static_cast<size_t>(image) * sizeof(T), stream);
-  write_weight_image<T, kImage, Tr::kBM>(p, static_cast<T*>(scratch.data()), nullptr, stream);
-  pl.w = scratch.data();
+  ScratchLease scratch(static_cast<size_t>(image) * Tr::kParts * sizeof(T), stream);
+  T* hi = static_cast<T*>(scratch.data());
+  T* lo = kSplit ? hi + image : nullptr;
+  write_weight_image<T, kImage, Tr::kBM>(p, hi, lo, stream);
+  pl.w = hi;
+  pl.w_lo = lo;
 
   const CUtensorMap map_x = make_bcl_tensor_map(p.x, dtype, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
   const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
-  auto kernel = fwd_tma_kernel<T, N>;
-  allow_max_smem<FwdTmaTraits<T, N>>(kernel);  // one instantiation per traits type
+  auto kernel = fwd_tma_kernel<T, N, kSplit>;
+  allow_max_smem<Tr>(kernel);  // one instantiation per traits type
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, smem, stream>>>(map_x, p, pl);
   CAUSALCONV_CHECK_LAUNCH("conv_fwd_tma");
 }
 
 // Time tile: the fewest tile rounds over the multiprocessors, weighted by the tile's
-// length plus a fixed per-stage cost (~32 columns' worth), the longest tile on ties.
-int pick_time_tile(const ConvParams& p, int sms) {
-  int best = 192;
+// length plus a fixed per-stage cost (~32 columns' worth), the longest tile on ties.  The
+// split's registers allow at most 128.
+int pick_time_tile(const ConvParams& p, int sms, bool split) {
+  const int longest = split ? 128 : 192;
+  int best = longest;
   int64_t best_cost = -1;
   for (int n : {192, 128, 64}) {
+    if (n > longest) continue;
     const int64_t cost = ceil_div(tile_count(p, n), sms) * (n + 32);
     if (best_cost < 0 || cost < best_cost) {
       best = n;
@@ -512,13 +572,21 @@ int pick_time_tile(const ConvParams& p, int sms) {
   return best;
 }
 
-// The one place a run-time time tile becomes a kernel template.
+// The one place a run-time time tile and precision become a kernel template.
 template <typename T>
 void launch_typed(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream) {
-  switch (pick_time_tile(p, sms)) {
-    case 64: return launch<T, 64>(p, dtype, sms, stream);
-    case 128: return launch<T, 128>(p, dtype, sms, stream);
-    default: return launch<T, 192>(p, dtype, sms, stream);
+  if constexpr (std::is_same_v<T, float>) {
+    if (p.precision == Precision::kTF32x3) {
+      switch (pick_time_tile(p, sms, true)) {
+        case 64: return launch<T, 64, true>(p, dtype, sms, stream);
+        default: return launch<T, 128, true>(p, dtype, sms, stream);
+      }
+    }
+  }
+  switch (pick_time_tile(p, sms, false)) {
+    case 64: return launch<T, 64, false>(p, dtype, sms, stream);
+    case 128: return launch<T, 128, false>(p, dtype, sms, stream);
+    default: return launch<T, 192, false>(p, dtype, sms, stream);
   }
 }
 
@@ -527,7 +595,7 @@ void launch_typed(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream
 
 bool fwd_tma_supports(const ConvParams& p, at::ScalarType dtype) {
   const int64_t elem = c10::elementSize(dtype);
-  return p.precision != Precision::kTF32x3 && p.sx_t == 1 && (p.sx_c * elem) % 16 == 0 && (p.sx_b * elem) % 16 == 0 &&
+  return p.sx_t == 1 && (p.sx_c * elem) % 16 == 0 && (p.sx_b * elem) % 16 == 0 &&
          p.L % 2 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.sy_c == p.L && p.sy_b == p.C_out * p.L;
 }
 

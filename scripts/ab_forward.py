@@ -1,6 +1,7 @@
 """sm_90a forward kernels side by side on the benchmark grid, median CUDA-event times with
 L2 flushed, and each one's normwise error against float64.  AB_KERNELS picks them
-(default: the TMA kernel and the register-A one).
+(default: the TMA kernel and the register-A one); AB_CASES the dtypes and fp32 precisions
+(default float32:tf32,bfloat16:tf32; float32:ieee times the 3xTF32 split).
     AB_KERNELS=wgmma,wgmma-ra,mma python scripts/ab_forward.py [B,Cin,Cout,K,d,L ...]"""
 import os
 import sys
@@ -19,20 +20,22 @@ shapes = [tuple(int(v) for v in s.split(",")) for s in sys.argv[1:]] or GRID
 for shape in shapes:
     b, c_in, c_out, k, d, length = shape
     gflop = 2 * b * c_in * c_out * k * length / 1e9
-    for dtype in (torch.float32, torch.bfloat16):
+    for case in os.environ.get("AB_CASES", "float32:tf32,bfloat16:tf32").split(","):
+        dtype_name, precision = case.split(":")
+        dtype = getattr(torch, dtype_name)
         x = torch.randn(b, c_in, length, device="cuda", dtype=dtype)
         w = torch.randn(c_out, c_in, k, device="cuda", dtype=dtype) / (c_in * k) ** 0.5
         bias = torch.randn(c_out, device="cuda", dtype=dtype)
         n = min(b, 2)  # the float64 check on a batch slice keeps memory small
         exact = causal_conv1d_reference(x[:n].double(), w.double(), bias.double(), d, 1)
-        line = f"{shape} {str(dtype)[6:]:9s}"
+        line = f"{shape} {dtype_name if dtype != torch.float32 else precision:9s}"
         for kernel in os.environ.get("AB_KERNELS", "wgmma,wgmma-ra").split(","):
             ext.set_forced_kernel(kernel)
             ext.set_poison_outputs(True)
-            y = causal_conv1d(x, w, bias, d, 1, "tf32")
+            y = causal_conv1d(x, w, bias, d, 1, precision)
             ext.set_poison_outputs(False)
             err = ((y[:n].double() - exact).norm() / exact.norm()).item()
-            ms = time_cuda(lambda: causal_conv1d(x, w, bias, d, 1, "tf32"), min_reps=30, budget_s=0.4)["median_ms"]
+            ms = time_cuda(lambda: causal_conv1d(x, w, bias, d, 1, precision), min_reps=30, budget_s=0.4)["median_ms"]
             line += f"  {kernel} {ms:.3f} ms {gflop / ms:.0f} TFLOP/s err {err:.1e}"
         ext.set_forced_kernel("auto")
         print(line, flush=True)

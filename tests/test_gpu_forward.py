@@ -59,7 +59,7 @@ def _tc_kernels():
     return names
 
 
-# "wgmma" is the TMA kernel wherever it applies (not 3xTF32), "wgmma-ra" the one that
+# "wgmma" is the TMA kernel wherever it applies (both fp32 modes), "wgmma-ra" the one that
 # reads x from registers.
 @pytest.mark.parametrize("kernel", ["wgmma", "wgmma-ra", "mma"])
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
