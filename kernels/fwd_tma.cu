@@ -72,8 +72,11 @@ struct FwdTmaTraits : WarpRoles<T> {
   // elements is 8 bytes, four lanes fill one 32-byte sector, so its direct stores waste
   // nothing, and staging only added shared-memory traffic (~12 KB per tap, v12 profile).
   static constexpr bool kStaged = sizeof(T) == 2;
+  // Two such buffers per warp, so that a slice's TMA store can still read one while the
+  // next slice is written to the other.
   static constexpr int kStageRowBytes = 64;
-  static constexpr int kStageBytes = kStaged ? WarpRoles<T>::kConsumerWarps * 16 * kStageRowBytes : 0;
+  static constexpr int kWarpStageBytes = 16 * kStageRowBytes;
+  static constexpr int kStageBytes = kStaged ? WarpRoles<T>::kConsumerWarps * 2 * kWarpStageBytes : 0;
   static_assert(N % 64 == 0 && N <= 192, "a time tile plus its halo must fit one 256-wide TMA box");
   // The split's consumers keep a stage's products in a chain accumulator of their own and
   // add it to the tile's totals with fp32 adds (the tensor cores' accumulation truncates,
@@ -92,6 +95,7 @@ struct FwdTmaPlan {
   int part_bytes;    // one part of it (window rows of 128 bytes)
   int raw_bytes;     // one raw window
   int slots, nraw;   // ring depths: weight taps, raw windows (x tiles: kTiles)
+  bool tma_store;    // 16-bit epilogue through TMA stores (map_y)
   int64_t n_tt, n_tiles;
 };
 
@@ -266,16 +270,29 @@ __device__ __forceinline__ void store_tile_direct(const float (&acc)[N / 2], con
 // 16-bit epilogue.  Stored straight from the accumulators, every warp instruction would
 // touch 8 rows of y with 4 bytes each (v9/v10 profile: the epilogue ~16% of all samples
 // while the block's tensor cores idle).  So each warp stages 64 bytes of time of its 16
-// channels in shared memory (stage: its 1 KB, as a shared address and a pointer) and
-// writes them back as 16-byte stores, 4 lanes per row.
+// channels in shared memory (stage: its two 1 KB buffers, as a shared address and a
+// pointer) and writes them out.  With a y map (map_y, coordinates of the warp's first
+// channel row c1 and batch c2) one lane hands each slice to a TMA store, which reads it
+// while the warp goes on (the v14 bf16 profile had the consumers ~19% of their time in
+// the epilogue, most of it reading back and storing); otherwise the warp reads the slice
+// back and stores it as 16-byte stores, 4 lanes per row.
 template <class Tr, typename T, int NA>
 __device__ __forceinline__ void store_tile_staged(const float (&acc)[NA], const float (&bias)[2], T* y,
-                                                  const ConvParams& p, int o_base, int64_t t0, uint32_t stage,
-                                                  uint8_t* stage_ptr, int lane) {
+                                                  const ConvParams& p, int o_base, int64_t t0, uint32_t stage0,
+                                                  uint8_t* stage_ptr, int lane, const CUtensorMap* map_y, int c1,
+                                                  int c2, uint32_t& stores) {
   constexpr int kSlice = Tr::kStageRowBytes / sizeof(T);  // time steps per staged slice
 #pragma unroll
   for (int sl = 0; sl < 2 * NA / kSlice; ++sl) {
-    __syncwarp();  // the previous slice has been read back
+    const int64_t ts = t0 + sl * kSlice;
+    // `stores` counts the warp's TMA stores over all its tiles; they alternate between the
+    // two buffers, so this one was last read by the store before the most recent one.
+    const uint32_t stage = map_y ? stage0 + (stores & 1) * Tr::kWarpStageBytes : stage0;
+#if CAUSALCONV_HAS_WGMMA
+    if (map_y && (ts >= p.L || o_base >= p.cout_g)) break;  // nothing of the rest is inside y
+    if (map_y && lane == 0) ptx::bulk_wait_group_read<1>();
+#endif
+    __syncwarp();  // (without a map: the previous slice has been read back)
     // One 8x8 matrix per (column block, row half): lane t's packed pair is row t/4,
     // elements 2(t%4), 2(t%4)+1, the stmatrix fragment; matrix m of a store is row half
     // m%2 of column block 2*pair + m/2.
@@ -290,6 +307,18 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[NA], const 
       const int m = lane >> 3, row = 8 * (m & 1) + (lane & 7);
       ptx::stmatrix_x4(stage + staged_offset<Tr>(row, 2 * pair + (m >> 1)), v);
     }
+#if CAUSALCONV_HAS_WGMMA
+    if (map_y) {
+      ptx::fence_proxy_async();  // the TMA store reads through the async proxy
+      __syncwarp();
+      if (lane == 0) {
+        ptx::tma_store_3d(map_y, stage, static_cast<int>(ts), c1, c2);
+        ptx::bulk_commit_group();
+      }
+      ++stores;
+      continue;
+    }
+#endif
     __syncwarp();
     // Read back: 16 rows x 4 chunks of 16 bytes, two per lane.
 #pragma unroll
@@ -297,7 +326,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[NA], const 
       const int idx = lane + 32 * k, row = idx >> 2, chunk = idx & 3;
       const uint4 val = *reinterpret_cast<const uint4*>(stage_ptr + staged_offset<Tr>(row, chunk));
       const int o = o_base + row;
-      const int64_t t = t0 + sl * kSlice + chunk * Tr::kV;
+      const int64_t t = ts + chunk * Tr::kV;
       if (o < p.cout_g && t < p.L) store_chunk(y + o * p.sy_c + t, val, p.L - t);
     }
   }
@@ -305,7 +334,8 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[NA], const 
 
 template <typename T, int N, bool kSplit>
 __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
-    fwd_tma_kernel(const __grid_constant__ CUtensorMap map_x, ConvParams p, FwdTmaPlan pl) {
+    fwd_tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y, ConvParams p,
+                   FwdTmaPlan pl) {
   using Tr = FwdTmaTraits<T, N, kSplit>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
 #if CAUSALCONV_HAS_WGMMA
@@ -417,6 +447,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
   const int c = wg - 1, q = warp & 3;
   float acc[N / 2], part[N / 2];  // part: unused without the split
   float(&chain)[N / 2] = Tr::kSplit ? part : acc;
+  uint32_t stores = 0;  // the warp's TMA stores of y so far
   Ring wr, xr;
   for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
     const TileCoord tc = decode_tile(tile, pl, p.groups, N);
@@ -474,12 +505,16 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
     }
     T* y = static_cast<T*>(p.y) + tc.b * p.sy_b + static_cast<int64_t>(tc.g * p.cout_g) * p.sy_c;
     if constexpr (Tr::kStaged) {
-      store_tile_staged<Tr>(acc, bias, y, p, o_base, tc.t0, staging + (warp - 4) * (16 * Tr::kStageRowBytes),
-                            base_ptr + (staging - base) + (warp - 4) * (16 * Tr::kStageRowBytes), lane);
+      const uint32_t stage = staging + (warp - 4) * 2 * Tr::kWarpStageBytes;
+      store_tile_staged<Tr>(acc, bias, y, p, o_base, tc.t0, stage, base_ptr + (stage - base), lane,
+                            pl.tma_store ? &map_y : nullptr, tc.g * p.cout_g + o_base, static_cast<int>(tc.b), stores);
     } else {
       store_tile_direct<T, N>(acc, bias, y, p, o_base, tc.t0, lane);
     }
   }
+  // The staging buffers must outlive the stores that read them, and y must be written
+  // when the kernel ends.
+  if (Tr::kStaged && pl.tma_store && lane == 0) ptx::bulk_wait_group_all();
 #else
   __trap();  // dispatch only picks this kernel for sm_90a binaries
 #endif
@@ -547,10 +582,19 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   pl.w_lo = lo;
 
   const CUtensorMap map_x = make_bcl_tensor_map(p.x, dtype, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
+  // TMA stores of 16 channels x 64 bytes write whole boxes, clipped only at the tensor's
+  // bounds, so a warp's 16 channels must not straddle two groups; y's rows must be
+  // 16-byte aligned.
+  const int64_t row_bytes = p.L * static_cast<int64_t>(sizeof(T));
+  pl.tma_store = Tr::kStaged && (p.groups == 1 || p.cout_g % 16 == 0) && row_bytes % 16 == 0 &&
+                 reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+  CUtensorMap map_y{};
+  if (pl.tma_store)
+    map_y = make_bcl_tensor_map(p.y, dtype, p.B, p.C_out, p.L, p.sy_b, p.sy_c, Tr::kStageRowBytes / sizeof(T), 16, true);
   const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
   auto kernel = fwd_tma_kernel<T, N, kSplit>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
-  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, smem, stream>>>(map_x, p, pl);
+  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, smem, stream>>>(map_x, map_y, p, pl);
   CAUSALCONV_CHECK_LAUNCH("conv_fwd_tma");
 }
 

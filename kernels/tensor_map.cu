@@ -35,12 +35,11 @@ CUtensorMapDataType tma_dtype(at::ScalarType dtype) {
 
 // Encodes a tiled map; strides are in bytes, for dimensions 1 .. rank-1.
 CUtensorMap encode(const void* data, at::ScalarType dtype, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
-                   const cuuint32_t* box, bool swizzle128) {
+                   const cuuint32_t* box, CUtensorMapSwizzle swizzle) {
   CUtensorMap map;
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r = encode_fn()(&map, tma_dtype(dtype), rank, const_cast<void*>(data), dims, strides, box,
-                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                 swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   TORCH_CHECK(r == CUDA_SUCCESS, "causalconv: cuTensorMapEncodeTiled failed with error ", static_cast<int>(r),
               " (dims ", dims[0], " x ", dims[1], ", box ", box[0], " x ", box[1], ")");
@@ -61,20 +60,21 @@ CUtensorMap make_row_tensor_map(const void* data, at::ScalarType dtype, int64_t 
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(L), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(L * elem)};  // bytes between rows
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_l), static_cast<cuuint32_t>(box_rows)};
-  return encode(data, dtype, 2, dims, strides, box, swizzle128);
+  return encode(data, dtype, 2, dims, strides, box, swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 CUtensorMap make_bcl_tensor_map(const void* data, at::ScalarType dtype, int64_t B, int64_t C, int64_t L, int64_t s_b,
-                                int64_t s_c, int box_l, int box_c) {
+                                int64_t s_c, int box_l, int box_c, bool swizzle64) {
   const int64_t elem = c10::elementSize(dtype);
   TORCH_CHECK(reinterpret_cast<uintptr_t>(data) % 16 == 0 && (s_c * elem) % 16 == 0 && (s_b * elem) % 16 == 0,
               "causalconv: TMA needs 16-byte aligned rows (strides ", s_b, ", ", s_c, ")");
-  TORCH_CHECK((box_l * elem) % 16 == 0 && box_l <= 256 && box_c >= 1 && box_c <= 256, "causalconv: TMA box ", box_l,
-              " x ", box_c, " is not a valid dense box");
+  TORCH_CHECK((swizzle64 ? box_l * elem == 64 : (box_l * elem) % 16 == 0 && box_l <= 256) && box_c >= 1 && box_c <= 256,
+              "causalconv: TMA box ", box_l, " x ", box_c, " is not a valid ", swizzle64 ? "64-byte-swizzled" : "dense",
+              " box");
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(L), static_cast<cuuint64_t>(C), static_cast<cuuint64_t>(B)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(s_c * elem), static_cast<cuuint64_t>(s_b * elem)};
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_l), static_cast<cuuint32_t>(box_c), 1};
-  return encode(data, dtype, 3, dims, strides, box, false);
+  return encode(data, dtype, 3, dims, strides, box, swizzle64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 }  // namespace causalconv

@@ -17,9 +17,11 @@ CUtensorMap make_row_tensor_map(const void* data, at::ScalarType dtype, int64_t 
                                 int box_rows, bool swizzle128);
 
 // A (B, C, L) tensor with unit stride along L and strides s_b, s_c (elements, multiples
-// of 16 bytes), copied in boxes of box_l x box_c elements of one batch, stored densely.
-// Coordinates outside the tensor (t < 0 or >= L, channels >= C) read as zeros.
+// of 16 bytes), copied in boxes of box_l x box_c elements of one batch, stored densely, or
+// with swizzle64 in the 64-byte swizzle (box_l * element size must then be 64: 16-byte
+// chunk c of box row r at chunk position c ^ (r / 2 % 4)).  Coordinates outside the
+// tensor (t < 0 or >= L, channels >= C) read as zeros and are not written by stores.
 CUtensorMap make_bcl_tensor_map(const void* data, at::ScalarType dtype, int64_t B, int64_t C, int64_t L, int64_t s_b,
-                                int64_t s_c, int box_l, int box_c);
+                                int64_t s_c, int box_l, int box_c, bool swizzle64 = false);
 
 }  // namespace causalconv
