@@ -12,8 +12,8 @@
 // registers at the tap's shifted column, so the shift costs nothing; the weights are the
 // B operand.  On sm_90a the MMA is wgmma (two warpgroups, each 128 t x BN); elsewhere
 // mma.sync with the same staging.  The epilogue adds the bias and casts.  On sm_90a the
-// dispatch runs this wgmma kernel only for the 3xTF32 split (or when forced as
-// "wgmma-ra"); fwd_tma.cu runs everywhere else (faster on most shapes, NOTES.md v8).
+// dispatch runs this wgmma kernel only when forced as "wgmma-ra"; fwd_tma.cu runs
+// everywhere else, the 3xTF32 split included (faster on every shape, NOTES.md v8, v16).
 #pragma once
 #include <ATen/ATen.h>
 
