@@ -74,9 +74,10 @@ struct FwdTmaTraits : WarpRoles<T> {
   static constexpr bool kStaged = sizeof(T) == 2;
   // Two such buffers per warp, so that a slice's TMA store can still read one while the
   // next slice is written to the other.
+  static constexpr int kStageBuffers = 2;
   static constexpr int kStageRowBytes = 64;
   static constexpr int kWarpStageBytes = 16 * kStageRowBytes;
-  static constexpr int kStageBytes = kStaged ? WarpRoles<T>::kConsumerWarps * 2 * kWarpStageBytes : 0;
+  static constexpr int kStageBytes = kStaged ? WarpRoles<T>::kConsumerWarps * kStageBuffers * kWarpStageBytes : 0;
   static_assert(N % 64 == 0 && N <= 192, "a time tile plus its halo must fit one 256-wide TMA box");
   // The split's consumers keep a stage's products in a chain accumulator of their own and
   // add it to the tile's totals with fp32 adds (the tensor cores' accumulation truncates,
@@ -132,46 +133,6 @@ __device__ __forceinline__ void issue_tap(float (&acc)[Mma::kAcc], uint32_t wt, 
   }
   ptx::wgmma_commit();
 #endif
-}
-
-// The 16-bit shifters' share of one stage, on the matrix-transpose loads and stores: op o
-// moves time steps 8(o/2) .. 8(o/2)+7 of channels 32(o%2) .. 32(o%2)+31 as four 8x8
-// matrices (matrix i: the eight channels of 16-byte chunk 4(o%2)+i), read from the raw
-// window [channel][time] with ldmatrix.trans and written as tile rows [time][channel]
-// with stmatrix: 2 instructions per 512 bytes where the element-wise loop took ~50 per
-// 16 bytes.  A warp issues kDepth loads before their stores, so that each stmatrix finds
-// its data arrived (with two in flight, the v10 profile found the shifters waiting on
-// the stmatrix for its ldmatrix).  Channels at or past `valid` (outside the group) are
-// written as zeros.
-template <class Tr>
-__device__ __forceinline__ void transpose_window_b16(uint32_t raw, uint32_t tile, int window, int shifter_warp, int lane,
-                                                     int valid) {
-  constexpr int kWarps = Tr::kShifters / 32, kDepth = 4;
-  const int i = lane >> 3, r = lane & 7;
-  const int ops = window / 4;  // two channel halves x window / 8 time blocks
-#pragma unroll 1
-  for (int o0 = shifter_warp; o0 < ops; o0 += kDepth * kWarps) {
-    uint32_t v[kDepth][4];
-#pragma unroll
-    for (int d = 0; d < kDepth; ++d) {
-      const int o = o0 + d * kWarps;  // warp-uniform, as ldmatrix needs
-      if (o < ops) ptx::ldmatrix_x4_trans(v[d], raw + (((4 * (o & 1) + i) * 8 + r) * window + (o >> 1) * 8) * 2);
-    }
-#pragma unroll
-    for (int d = 0; d < kDepth; ++d) {
-      const int o = o0 + d * kWarps;
-      if (o >= ops) break;
-      const int half = o & 1, row = (o >> 1) * 8 + r;
-      if (valid < Tr::kCI) {
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          const int c = (4 * half + m) * 8 + 2 * (lane & 3);  // the channels v[d][m] holds: c, c + 1
-          v[d][m] &= (c < valid ? 0x0000FFFFu : 0u) | (c + 1 < valid ? 0xFFFF0000u : 0u);
-        }
-      }
-      ptx::stmatrix_x4(tile + row * 128 + (swizzle_chunk(row, 4 * half + i) << 4), v[d]);
-    }
-  }
 }
 
 // The fp32 shifters' share of one stage.  A unit is a 4 x 4 block: time steps 4tb ..
@@ -270,7 +231,7 @@ __device__ __forceinline__ void store_tile_direct(const float (&acc)[N / 2], con
 // 16-bit epilogue.  Stored straight from the accumulators, every warp instruction would
 // touch 8 rows of y with 4 bytes each (v9/v10 profile: the epilogue ~16% of all samples
 // while the block's tensor cores idle).  So each warp stages 64 bytes of time of its 16
-// channels in shared memory (stage: its two 1 KB buffers, as a shared address and a
+// channels in shared memory (stage: its kStageBuffers 1 KB buffers, as a shared address and a
 // pointer) and writes them out.  With a y map (map_y, coordinates of the warp's first
 // channel row c1 and batch c2) one lane hands each slice to a TMA store, which reads it
 // while the warp goes on (the v14 bf16 profile had the consumers ~19% of their time in
@@ -285,12 +246,13 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[NA], const 
 #pragma unroll
   for (int sl = 0; sl < 2 * NA / kSlice; ++sl) {
     const int64_t ts = t0 + sl * kSlice;
-    // `stores` counts the warp's TMA stores over all its tiles; they alternate between the
-    // two buffers, so this one was last read by the store before the most recent one.
-    const uint32_t stage = map_y ? stage0 + (stores & 1) * Tr::kWarpStageBytes : stage0;
+    // `stores` counts the warp's TMA stores over all its tiles; they rotate over the
+    // buffers, so this one was last read by the store kStageBuffers - 1 before the most
+    // recent one.
+    const uint32_t stage = map_y ? stage0 + (stores % Tr::kStageBuffers) * Tr::kWarpStageBytes : stage0;
 #if CAUSALCONV_HAS_WGMMA
     if (map_y && (ts >= p.L || o_base >= p.cout_g)) break;  // nothing of the rest is inside y
-    if (map_y && lane == 0) ptx::bulk_wait_group_read<1>();
+    if (map_y && lane == 0) ptx::bulk_wait_group_read<Tr::kStageBuffers - 1>();
 #endif
     __syncwarp();  // (without a map: the previous slice has been read back)
     // One 8x8 matrix per (column block, row half): lane t's packed pair is row t/4,
@@ -424,7 +386,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
         ptx::mbar_wait(xempty(xr.idx), xr.phase ^ 1);
         if constexpr (sizeof(T) == 2) {
           static_assert(Tr::kExtraShifterGroups == 0, "16-bit shifters are warps 1-3 (shifter warp = warp - 1)");
-          transpose_window_b16<Tr>(raw_base + rr.idx * pl.raw_bytes, tiles_base + xr.idx * pl.tile_bytes, pl.window,
+          transpose_window_b16<Tr::kShifters / 32>(raw_base + rr.idx * pl.raw_bytes, tiles_base + xr.idx * pl.tile_bytes, pl.window,
                                    warp - 1, lane, valid);
         } else {
           transpose_window_f32<Tr>(
@@ -505,7 +467,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
     }
     T* y = static_cast<T*>(p.y) + tc.b * p.sy_b + static_cast<int64_t>(tc.g * p.cout_g) * p.sy_c;
     if constexpr (Tr::kStaged) {
-      const uint32_t stage = staging + (warp - 4) * 2 * Tr::kWarpStageBytes;
+      const uint32_t stage = staging + (warp - 4) * Tr::kStageBuffers * Tr::kWarpStageBytes;
       store_tile_staged<Tr>(acc, bias, y, p, o_base, tc.t0, stage, base_ptr + (stage - base), lane,
                             pl.tma_store ? &map_y : nullptr, tc.g * p.cout_g + o_base, static_cast<int>(tc.b), stores);
     } else {
@@ -538,8 +500,9 @@ FwdTmaPlan make_plan(const ConvParams& p, int smem_limit) {
   for (int tpg = std::min(p.K, Tr::kMaxTaps); tpg >= 1; --tpg) {
     // A multiple of 8 elements (not only of kV): fp32's transpose needs it to be free of
     // bank conflicts.
-    const int64_t window = ceil_div(Tr::kV - 1 + static_cast<int64_t>(tpg - 1) * p.dilation + N, 8) * 8;
+    int64_t window = ceil_div(Tr::kV - 1 + static_cast<int64_t>(tpg - 1) * p.dilation + N, 8) * 8;
     if (window > 256) continue;  // the TMA box limit: wide spans take fewer taps per stage
+    if constexpr (sizeof(T) == 2) window = conflict_free_window_b16(static_cast<int>(window));
     const int part = static_cast<int>(ceil_div(window * 128, 1024) * 1024);
     const int tile = part * Tr::kParts;
     const int raw = static_cast<int>(ceil_div(Tr::kCI * window * static_cast<int64_t>(sizeof(T)), 1024) * 1024);

@@ -112,6 +112,20 @@ __device__ __forceinline__ uint64_t desc_kmajor_sw128(uint32_t smem_byte_addr) {
   return d;
 }
 
+// Descriptor of an MN-major operand tile (16-bit types) with the 128-byte swizzle: rows of
+// 128 bytes along K, each holding 64 consecutive M/N elements; 8-row atoms 1024 bytes apart
+// (stride offset), and the next 64 M/N elements `mn_stride` bytes on (leading offset, a
+// multiple of 16).  Like the K-major form, the start may be any 128-byte row: the swizzle
+// is a function of the absolute address.
+__device__ __forceinline__ uint64_t desc_mnmajor_sw128(uint32_t smem_byte_addr, uint32_t mn_stride) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((smem_byte_addr & 0x3ffffu) >> 4);      // start address, bits 0-13
+  d |= static_cast<uint64_t>((mn_stride >> 4) & 0x3fffu) << 16;       // leading offset: next 64 M/N
+  d |= static_cast<uint64_t>(1024 >> 4) << 32;                       // stride offset: next 8 K rows
+  d |= static_cast<uint64_t>(1) << 62;                               // layout: 128-byte swizzle
+  return d;
+}
+
 // mbarrier: a shared-memory barrier object that counts arrivals and, for TMA, bytes.
 // Phases alternate; a waiter names the parity of the phase it waits to see completed.
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {

@@ -1,5 +1,6 @@
 // Pieces shared by the tensor-core kernels (forward and weight gradient): operand type
-// traits, the 128-byte swizzle, and A-fragment loads from staged x tiles.
+// traits, the 128-byte swizzle, A-fragment loads from staged x tiles, and the 16-bit
+// transpose of a raw x window into time-major tile rows.
 #pragma once
 #include <type_traits>
 
@@ -84,6 +85,55 @@ struct AFrag {
     }
   }
 };
+
+// Row length (elements) of a 16-bit raw x window read by transpose_window_b16: its
+// ldmatrix reads 16 bytes from each of 8 consecutive rows, one shared-memory wavefront
+// only if the row pitch is an odd multiple of 16 bytes (an even one puts two rows on the
+// same banks).  `window` is a multiple of 8; the result stays within the 256-element TMA
+// box when it can.
+__host__ __device__ __forceinline__ int conflict_free_window_b16(int window) {
+  return (window / 8) % 2 == 0 && window + 8 <= 256 ? window + 8 : window;
+}
+
+// The 16-bit shifters' share of one stage, on the matrix-transpose loads and stores: op o
+// moves time steps 8(o/2) .. 8(o/2)+7 of channels 32(o%2) .. 32(o%2)+31 as four 8x8
+// matrices (matrix i: the eight channels of 16-byte chunk 4(o%2)+i), read from the raw
+// window [channel][time] with ldmatrix.trans and written as tile rows [time][channel]
+// with stmatrix: 2 instructions per 512 bytes where the element-wise loop took ~50 per
+// 16 bytes.  A warp issues kDepth loads before their stores, so that each stmatrix finds
+// its data arrived (with two in flight, the v10 profile found the shifters waiting on
+// the stmatrix for its ldmatrix).  Channels at or past `valid` (outside the group) are
+// written as zeros.  The forward's x tiles and the 16-bit weight gradient's share it.
+template <int kWarps>
+__device__ __forceinline__ void transpose_window_b16(uint32_t raw, uint32_t tile, int window, int shifter_warp, int lane,
+                                                     int valid) {
+  constexpr int kDepth = 4, kChannels = 64;
+  const int i = lane >> 3, r = lane & 7;
+  const int ops = window / 4;  // two channel halves x window / 8 time blocks
+#pragma unroll 1
+  for (int o0 = shifter_warp; o0 < ops; o0 += kDepth * kWarps) {
+    uint32_t v[kDepth][4];
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int o = o0 + d * kWarps;  // warp-uniform, as ldmatrix needs
+      if (o < ops) ptx::ldmatrix_x4_trans(v[d], raw + (((4 * (o & 1) + i) * 8 + r) * window + (o >> 1) * 8) * 2);
+    }
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int o = o0 + d * kWarps;
+      if (o >= ops) break;
+      const int half = o & 1, row = (o >> 1) * 8 + r;
+      if (valid < kChannels) {
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const int c = (4 * half + m) * 8 + 2 * (lane & 3);  // the channels v[d][m] holds: c, c + 1
+          v[d][m] &= (c < valid ? 0x0000FFFFu : 0u) | (c + 1 < valid ? 0xFFFF0000u : 0u);
+        }
+      }
+      ptx::stmatrix_x4(tile + row * 128 + (swizzle_chunk(row, 4 * half + i) << 4), v[d]);
+    }
+  }
+}
 
 // The block organization of the warp-specialized sm_90a kernels (fwd_tma.cu, wgrad_tc.cu):
 // warp 0 issues the copies, warps 1-3 (the shifters) transpose x, and two consumer

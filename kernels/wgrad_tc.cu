@@ -5,13 +5,23 @@
 // group of taps times a tile of input channels (n = tap * it_rows + channel), reduced over
 // (batch, time) in chunks of one 128-byte row (32 fp32 or 64 16-bit steps).
 //
-// Both operands are K-major (time contiguous), as dy and x lie in memory.  dy arrives by
-// TMA straight into the 128-byte-swizzled layout wgmma reads.  x cannot: each tap wants
-// its tile at time t0 + shift + k*dilation, and a TMA copy must start on a 16-byte
-// boundary.  So TMA brings one aligned raw window of x per stage, covering the tile's taps
+// dy is the A operand, K-major (time contiguous) as it lies in memory; it arrives by TMA
+// straight into the 128-byte-swizzled layout wgmma reads.  x cannot: each tap wants its
+// tile at time t0 + shift + k*dilation, and a TMA copy must start on a 16-byte boundary.
+// So TMA brings one aligned raw window of x per stage, covering the tile's taps
 // (coordinates left of 0 or past L arrive as zeros: the causal padding), and three
-// "shifter" warps write each tap's tile from it at the tap's offset, rounding to TF32 on
-// the way in fp32 mode (the tensor cores would truncate; dy is rounded in place).
+// "shifter" warps rearrange it, in one of two ways:
+// - K-major x (fp32, and 16-bit groups of fewer than 64 channels): the shifters write
+//   each tap's tile from the window at the tap's offset, rounding to TF32 on the way in
+//   fp32 mode (the tensor cores would truncate; dy is rounded in place).  A stage moves
+//   taps x channels x 128 bytes through the shifters.
+// - MN-major x (16-bit types, which wgmma may read transposed): the shifters transpose
+//   the window once into time-major rows of 64 channels, the forward's x tile layout, and
+//   every tap reads it from its own start row; one instruction covers all of a tile's
+//   taps, its 64-channel column blocks `dilation` rows apart (the descriptor's leading
+//   offset).  A stage moves only the window through the shifters: at K = 4 a third of
+//   the K-major bytes (the v15 profile had the consumers waiting for shifted tiles in
+//   half of all samples).
 //
 // Warp roles: one thread of warpgroup 0 issues the copies; warps 1-3 of warpgroup 0
 // shift; warpgroups 1-2 issue the MMAs, keeping one stage's MMAs in flight while the next is
@@ -37,15 +47,25 @@ namespace {
 // x tiles in flight: the shifters may run two stages ahead of the MMAs.
 constexpr int kWgradTiles = 3;
 
-template <typename T, int N>
+// The kernel's shape: NI columns per MMA instruction, CA instructions per step (MN-major
+// x: one per 64-channel block; K-major: always one), x MN-major or K-major.
+template <int NI, int CA, bool kMn>
+struct WgradShape {
+  static constexpr int kNI = NI, kCA = CA;
+  static constexpr bool kMnX = kMn;
+};
+
+template <typename T, class Shape>
 struct WgradTraits : WarpRoles<T> {
   static constexpr int kCT = kRowElems<T>;                  // reduction steps per stage
   static constexpr int kKStep = Elem<T>::kKStep;
   static constexpr int kKSteps = kCT / kKStep;
   static constexpr int kDyBytes = WarpRoles<T>::kBM * 128;
-  static constexpr int kTileBytes = N * 128;                // the taps' x tiles (B operand)
+  static constexpr int kNI = Shape::kNI, kCA = Shape::kCA;
+  static constexpr bool kMnX = Shape::kMnX;
   static constexpr int kMaxSlots = 8, kTiles = kWgradTiles;  // ring depths: copies (at most), x tiles
-  static_assert(N % 64 == 0 && N <= 256, "wgmma N for the tap x channel tile");
+  static_assert(kNI % 64 == 0 && kNI * kCA <= 256, "wgmma N for the tap x channel tile, 128 accumulators");
+  static_assert(kMnX ? sizeof(T) == 2 : kCA == 1, "only 16-bit operands may be MN-major");
   static_assert(kCT == 32 * (4 / sizeof(T)), "a shifter lane moves one 4-byte word of a row");
 };
 
@@ -55,25 +75,28 @@ struct WgradPlan {
   int it_rows;     // input channels per tile (a multiple of 8: one swizzle atom)
   int window;      // elements per raw x row: the taps' span plus alignment slack
   int slot_bytes;  // dy tile and raw window; a multiple of 1024
+  int tile_bytes;  // one x tile (B operand), a multiple of 1024
+  int part_bytes;  // MN-major: one 64-channel block of it (window rows of 128 bytes)
   int n_kt, n_it, n_ot;
   int64_t n_tiles, units, per_split;
   int splits;
 };
 
-template <typename T, int N>
-__global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
+template <typename T, class Shape>
+__global__ void __launch_bounds__(WgradTraits<T, Shape>::kThreads, 1)
     wgrad_kernel(const __grid_constant__ CUtensorMap map_dy, const __grid_constant__ CUtensorMap map_x,
                  WgradParams p, WgradPlan pl) {
-  using Tr = WgradTraits<T, N>;
+  using Tr = WgradTraits<T, Shape>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
 #if CAUSALCONV_HAS_WGMMA
-  using Mma = wgmma::MmaSS<typename Elem<T>::Wg, N>;
+  using Wg = typename Elem<T>::Wg;
+  using Mma = std::conditional_t<Tr::kMnX, wgmma::MmaSSMnB<Wg, Tr::kNI>, wgmma::MmaSS<Wg, Tr::kNI>>;
   const uint32_t raw = ptx::smem_addr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
   uint8_t* base_ptr = smem_raw + (base - raw);
   // [x tiles][copy slots][barriers]
   const int nsl = pl.slots;
-  const uint32_t slots_base = base + Tr::kTiles * Tr::kTileBytes;
+  const uint32_t slots_base = base + Tr::kTiles * pl.tile_bytes;
   const uint32_t bars = slots_base + nsl * pl.slot_bytes;
   auto full = [&](int sl) { return bars + 8u * sl; };
   auto slot_free = [&](int sl) { return bars + 8u * (nsl + sl); };
@@ -139,6 +162,26 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
       }
     } else if (warp > 0) {
       const int sw = warp - 1, stid = threadIdx.x - 32;  // shifter warp, thread
+      if constexpr (Tr::kMnX) {
+        Ring sr, xr;  // copy slots, x tiles
+        for (int s = 0; s < S; ++s, sr.next(nsl), xr.next(Tr::kTiles)) {
+          ptx::mbar_wait(full(sr.idx), sr.phase);
+          ptx::mbar_wait(tile_free(xr.idx), xr.phase ^ 1);
+          const uint32_t raw = slots_base + sr.idx * pl.slot_bytes + kRawOffset;
+          const uint32_t x_tile = base + xr.idx * pl.tile_bytes;
+#pragma unroll
+          for (int ca = 0; ca < Tr::kCA; ++ca) {
+            // Channels past the group are other groups' (or TMA's zeros): their columns
+            // are never stored, so they need no masking.
+            transpose_window_b16<Tr::kShifters / 32>(raw + ca * 64 * pl.window * 2, x_tile + ca * pl.part_bytes,
+                                                     pl.window, sw, lane, 64);
+          }
+          ptx::fence_proxy_async();  // the MMAs read through the async proxy
+          ptx::mbar_arrive(ready(xr.idx));
+          ptx::mbar_arrive(slot_free(sr.idx));
+        }
+        return;
+      }
       // Shifters: row n = tap * it_rows + channel of the x tiles, in blocks of 8 rows per
       // warp (eight independent loads in flight), one 4-byte word per lane, stored at its
       // swizzled position; block rows start at multiples of 8, so row j of a block has
@@ -154,7 +197,7 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
         ptx::mbar_wait(full(sr.idx), sr.phase);
         ptx::mbar_wait(tile_free(xr.idx), xr.phase ^ 1);
         uint8_t* slot = base_ptr + (slots_base - base) + sr.idx * pl.slot_bytes;
-        uint8_t* x_tile = base_ptr + xr.idx * Tr::kTileBytes;
+        uint8_t* x_tile = base_ptr + xr.idx * pl.tile_bytes;
         const T* raw = reinterpret_cast<const T*>(slot + kRawOffset);
         int k = k_first, rb = sw - k_first * bpt;
         for (int blk = sw; blk < blocks; blk += kWarps) {
@@ -198,19 +241,36 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
 
   // Consumers: warpgroup c owns output rows 64c .. 64c+63 of the block's 128.
   const int c = wg - 1, q = warp & 3;
-  float acc[N / 2];
+  float acc[Tr::kCA][Tr::kNI / 2];
 #pragma unroll
-  for (int j = 0; j < N / 2; ++j) acc[j] = 0.f;
+  for (int ca = 0; ca < Tr::kCA; ++ca) {
+#pragma unroll
+    for (int j = 0; j < Tr::kNI / 2; ++j) acc[ca][j] = 0.f;
+  }
+  // MN-major x: tap k + 1's columns start `dilation` rows after tap k's.
+  const uint32_t tap_stride = static_cast<uint32_t>(p.dilation) * 128u;
   Ring sr, xr;                // copy slots (dy), x tiles
   int prev_sl = -1, prev_x = -1;  // stage s - 1's, released once its MMAs retired
   for (int s = 0; s < S; ++s, sr.next(nsl), xr.next(Tr::kTiles)) {
     ptx::mbar_wait(ready(xr.idx), xr.phase);  // after full: the shifters waited for the copies
     const uint32_t dy_tile = slots_base + sr.idx * pl.slot_bytes + c * 64 * 128;
-    const uint32_t x_tile = base + xr.idx * Tr::kTileBytes;
+    const uint32_t x_tile = base + xr.idx * pl.tile_bytes;
     ptx::wgmma_fence();
+    // Descriptors step by adding to their start-address field (bytes / 16): a K step is
+    // 32 bytes of a dy row and, MN-major, kKStep rows of x.
+    const uint64_t da = ptx::desc_kmajor_sw128(dy_tile);
+    const uint64_t db = Tr::kMnX ? ptx::desc_mnmajor_sw128(x_tile + static_cast<uint32_t>(off0) * 128u, tap_stride)
+                                 : ptx::desc_kmajor_sw128(x_tile);
 #pragma unroll
     for (int ks = 0; ks < Tr::kKSteps; ++ks) {
-      Mma::run(acc, ptx::desc_kmajor_sw128(dy_tile + ks * 32), ptx::desc_kmajor_sw128(x_tile + ks * 32));
+      if constexpr (Tr::kMnX) {
+#pragma unroll
+        for (int ca = 0; ca < Tr::kCA; ++ca) {
+          Mma::run(acc[ca], da + 2 * ks, db + ((ca * pl.part_bytes) >> 4) + ks * (Tr::kKStep * 128 / 16));
+        }
+      } else {
+        Mma::run(acc[0], da + 2 * ks, db + 2 * ks);
+      }
     }
     ptx::wgmma_commit();
     ptx::wgmma_wait<1>();  // stage s-1's MMAs have retired: release its dy and x tile
@@ -223,18 +283,23 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
   }
   ptx::wgmma_wait<0>();
 
-  // acc[4j + e]: row (output channel) 16q + lane/4 (+8 for e >= 2), column n = 8j +
-  // 2(lane%4) + (e&1) = tap * it_rows + input channel.
+  // acc[ca][4j + e]: row (output channel) 16q + lane/4 (+8 for e >= 2), column n = 8j +
+  // 2(lane%4) + (e&1) = tap * cw + input channel (of block ca, MN-major).
   const int64_t C_out = static_cast<int64_t>(p.groups) * p.cout_g;
+  const int cw = Tr::kMnX ? 64 : pl.it_rows;  // channels per tap in one instruction's columns
 #pragma unroll
-  for (int j = 0; j < N / 8; ++j) {
+  for (int ca = 0; ca < Tr::kCA; ++ca) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int o = ot * Tr::kBM + c * 64 + q * 16 + (lane >> 2) + ((e & 2) ? 8 : 0);
-      const int n = j * 8 + 2 * (lane & 3) + (e & 1);
-      const int kl = n / pl.it_rows, i = it * pl.it_rows + n % pl.it_rows;
-      if (o < p.cout_g && i < p.cin_g && kl < taps) {
-        p.ws[((split * C_out + static_cast<int64_t>(g) * p.cout_g + o) * p.cin_g + i) * p.K + k0 + kl] = acc[4 * j + e];
+    for (int j = 0; j < Tr::kNI / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int o = ot * Tr::kBM + c * 64 + q * 16 + (lane >> 2) + ((e & 2) ? 8 : 0);
+        const int n = j * 8 + 2 * (lane & 3) + (e & 1);
+        const int kl = n / cw, i = it * pl.it_rows + ca * 64 + n % cw;
+        if (o < p.cout_g && i < p.cin_g && kl < taps) {
+          p.ws[((split * C_out + static_cast<int64_t>(g) * p.cout_g + o) * p.cin_g + i) * p.K + k0 + kl] =
+              acc[ca][4 * j + e];
+        }
       }
     }
   }
@@ -243,35 +308,46 @@ __global__ void __launch_bounds__(WgradTraits<T, N>::kThreads, 1)
 #endif
 }
 
-// Tile of the N dimension: `taps` taps of `it_rows` input channels, padded up to the
-// wgmma width n (64, 128, 192 or 256), and the raw x window those taps need.
+// Tile of the N dimension: `taps` taps of `it_rows` input channels and the raw x window
+// those taps need.  K-major x: one instruction of n columns (64, 128, 192 or 256), the
+// taps' channels padded up to it.  MN-major x: `ca` instructions of n = 64 * taps columns,
+// one per 64-channel block (it_rows = 64 * ca).
 struct NTile {
-  int taps, it_rows, n, window;
+  int taps, it_rows, n, ca, window;
+  int tile_bytes, part_bytes;  // one x tile; MN-major: one 64-channel block of it
+  bool mn;
 };
 
 int raw_window(const WgradParams& p, int taps, int ct, int v) {
   return static_cast<int>(ceil_div(v - 1 + static_cast<int64_t>(taps - 1) * p.dilation + ct, v) * v);
 }
 
-// Fewest MMA columns over the whole problem, then the widest n, then the most taps per
-// tile (the least raw window traffic); kWgradTiles x tiles and two copy slots must fit.
-NTile pick_n_tile(const WgradParams& p, int elem) {
+int round_kb(int64_t bytes) { return static_cast<int>(ceil_div(bytes, 1024) * 1024); }
+
+// Both layouts pick by the same order: fewest MMA columns over the whole problem, then
+// the widest tile, then the most taps per tile (the least raw window traffic), such that
+// kWgradTiles x tiles and two copy slots fit.
+bool better_tile(int64_t cost, int cols, int taps, int64_t best_cost, const NTile& best) {
+  const int best_cols = best.n * best.ca;
+  return best_cost < 0 || cost < best_cost ||
+         (cost == best_cost && (cols > best_cols || (cols == best_cols && taps > best.taps)));
+}
+
+NTile pick_n_tile_kmajor(const WgradParams& p, int elem) {
   const int ct = 128 / elem, v = 16 / elem;
   const int budget = max_smem_optin() - 2048;
-  NTile best{0, 0, 0, 0};
+  NTile best{};
   int64_t best_cost = -1;
   for (int taps = 1; taps <= std::min(p.K, 32); ++taps) {
     const int window = raw_window(p, taps, ct, v);
     if (window > 256) break;  // the TMA box limit; wider spans take fewer taps per tile
     for (int rows = 8; taps * rows <= 256; rows += 8) {
       const int n = static_cast<int>(ceil_div(taps * rows, 64) * 64);
-      const int slot = 128 * 128 + static_cast<int>(ceil_div(rows * window * elem, 1024) * 1024);  // dy + raw x
+      const int slot = 128 * 128 + round_kb(static_cast<int64_t>(rows) * window * elem);  // dy + raw x
       if (kWgradTiles * n * 128 + 2 * slot > budget) continue;
       const int64_t cost = ceil_div(p.K, taps) * ceil_div(p.cin_g, rows) * n;
-      const bool better = best_cost < 0 || cost < best_cost ||
-                          (cost == best_cost && (n > best.n || (n == best.n && taps > best.taps)));
-      if (better) {
-        best = {taps, rows, n, window};
+      if (better_tile(cost, n, taps, best_cost, best)) {
+        best = {taps, rows, n, 1, window, n * 128, 0, false};
         best_cost = cost;
       }
     }
@@ -279,23 +355,52 @@ NTile pick_n_tile(const WgradParams& p, int elem) {
   return best;
 }
 
+NTile pick_n_tile_mn(const WgradParams& p) {
+  constexpr int ct = 64, v = 8, elem = 2;
+  const int budget = max_smem_optin() - 2048;
+  NTile best{};
+  int64_t best_cost = -1;
+  for (int taps = 1; taps <= std::min(p.K, 4); ++taps) {
+    const int window = conflict_free_window_b16(raw_window(p, taps, ct, v));
+    if (window > 256) break;
+    for (int ca = 1; ca <= 4; ca *= 2) {
+      if (taps * ca > 4) break;  // 256 accumulator columns
+      const int part = round_kb(static_cast<int64_t>(window) * 128);
+      const int slot = 128 * 128 + round_kb(static_cast<int64_t>(ca) * 64 * window * elem);
+      if (kWgradTiles * ca * part + 2 * slot > budget) continue;
+      const int64_t cost = ceil_div(p.K, taps) * ceil_div(p.cin_g, 64 * ca) * (64 * taps * ca);
+      if (better_tile(cost, 64 * taps * ca, taps, best_cost, best)) {
+        best = {taps, 64 * ca, 64 * taps, ca, window, ca * part, part, true};
+        best_cost = cost;
+      }
+    }
+  }
+  return best;
+}
+
+// MN-major whenever the operand type allows it and a group fills a 64-channel block.
+NTile pick_n_tile(const WgradParams& p, int elem) {
+  return elem == 2 && p.cin_g >= 64 ? pick_n_tile_mn(p) : pick_n_tile_kmajor(p, elem);
+}
+
 template <class Tr>
 constexpr int kBarrierBytes = 8 * 2 * (Tr::kMaxSlots + Tr::kTiles);
 
-template <typename T, int N>
+template <typename T, class Shape>
 WgradPlan make_plan(const WgradParams& p, const NTile& nt, int sm_count) {
-  using Tr = WgradTraits<T, N>;
+  using Tr = WgradTraits<T, Shape>;
   WgradPlan pl{};
   pl.taps = nt.taps;
   pl.it_rows = nt.it_rows;
   pl.window = nt.window;
-  pl.slot_bytes =
-      Tr::kDyBytes + static_cast<int>(ceil_div(nt.it_rows * nt.window * static_cast<int>(sizeof(T)), 1024) * 1024);
+  pl.tile_bytes = nt.tile_bytes;
+  pl.part_bytes = nt.part_bytes;
+  pl.slot_bytes = Tr::kDyBytes + round_kb(static_cast<int64_t>(nt.it_rows) * nt.window * sizeof(T));
   pl.n_kt = static_cast<int>(ceil_div(p.K, nt.taps));
   pl.n_it = static_cast<int>(ceil_div(p.cin_g, nt.it_rows));
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kBM));
   pl.slots = std::min(Tr::kMaxSlots,
-                      (max_smem_optin() - 1024 - kBarrierBytes<Tr> - Tr::kTiles * Tr::kTileBytes) / pl.slot_bytes);
+                      (max_smem_optin() - 1024 - kBarrierBytes<Tr> - Tr::kTiles * pl.tile_bytes) / pl.slot_bytes);
   pl.n_tiles = static_cast<int64_t>(p.groups) * pl.n_kt * pl.n_it * pl.n_ot;
   pl.units = p.B * ceil_div(p.L, Tr::kCT);
   const int64_t n_out = static_cast<int64_t>(p.groups) * p.cout_g * p.cin_g * p.K;
@@ -308,10 +413,10 @@ WgradPlan make_plan(const WgradParams& p, const NTile& nt, int sm_count) {
   return pl;
 }
 
-template <typename T, int N>
+template <typename T, class Shape>
 void launch(const WgradParams& p, const WgradPlan& pl, at::ScalarType dtype, cudaStream_t stream) {
-  using Tr = WgradTraits<T, N>;
-  const size_t smem = static_cast<size_t>(Tr::kTiles) * Tr::kTileBytes + static_cast<size_t>(pl.slots) * pl.slot_bytes +
+  using Tr = WgradTraits<T, Shape>;
+  const size_t smem = static_cast<size_t>(Tr::kTiles) * pl.tile_bytes + static_cast<size_t>(pl.slots) * pl.slot_bytes +
                       kBarrierBytes<Tr> + 1024;
   TORCH_CHECK(pl.slots >= 2 && smem <= static_cast<size_t>(max_smem_optin()),
               "causalconv: weight-gradient pipeline needs 2 copy slots of ", pl.slot_bytes, " bytes of shared memory");
@@ -322,38 +427,55 @@ void launch(const WgradParams& p, const WgradPlan& pl, at::ScalarType dtype, cud
               "causalconv: weight-gradient problem too large for 32-bit TMA coordinates");
   const CUtensorMap map_dy = make_row_tensor_map(p.dy, dtype, p.B * C_out, p.L, Tr::kCT, Tr::kBM, true);
   const CUtensorMap map_x = make_row_tensor_map(p.x, dtype, p.B * C_in, p.L, pl.window, pl.it_rows, false);
-  auto kernel = wgrad_kernel<T, N>;
-  allow_max_smem<WgradTraits<T, N>>(kernel);  // one instantiation per traits type
+  auto kernel = wgrad_kernel<T, Shape>;
+  allow_max_smem<Tr>(kernel);  // one instantiation per traits type
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, smem, stream>>>(map_dy, map_x, p, pl);
   CAUSALCONV_CHECK_LAUNCH("conv_wgrad_tc");
 }
 
 // The one place a run-time N tile becomes a kernel template.
-template <typename F>
-auto with_n(int n, F&& f) {
-  switch (n) {
-    case 64: return f(std::integral_constant<int, 64>{});
-    case 128: return f(std::integral_constant<int, 128>{});
-    case 192: return f(std::integral_constant<int, 192>{});
-    default: return f(std::integral_constant<int, 256>{});
+template <typename T, typename F>
+auto with_shape(const NTile& nt, F&& f) {
+  if constexpr (sizeof(T) == 2) {
+    if (nt.mn) {
+      switch (nt.n * 8 + nt.ca) {
+        case 64 * 8 + 1: return f(WgradShape<64, 1, true>{});
+        case 64 * 8 + 2: return f(WgradShape<64, 2, true>{});
+        case 64 * 8 + 4: return f(WgradShape<64, 4, true>{});
+        case 128 * 8 + 1: return f(WgradShape<128, 1, true>{});
+        case 128 * 8 + 2: return f(WgradShape<128, 2, true>{});
+        case 192 * 8 + 1: return f(WgradShape<192, 1, true>{});
+        default:
+          TORCH_CHECK(nt.n == 256 && nt.ca == 1, "causalconv: no weight-gradient kernel for ", nt.ca, " x ", nt.n,
+                      " columns");
+          return f(WgradShape<256, 1, true>{});
+      }
+    }
+  }
+  switch (nt.n) {
+    case 64: return f(WgradShape<64, 1, false>{});
+    case 128: return f(WgradShape<128, 1, false>{});
+    case 192: return f(WgradShape<192, 1, false>{});
+    default: return f(WgradShape<256, 1, false>{});
   }
 }
 
 template <typename T>
 int splits_typed(const WgradParams& p, int sm_count) {
   const NTile nt = pick_n_tile(p, sizeof(T));
-  return with_n(nt.n, [&](auto n) { return make_plan<T, n.value>(p, nt, sm_count).splits; });
+  return with_shape<T>(nt, [&](auto shape) { return make_plan<T, decltype(shape)>(p, nt, sm_count).splits; });
 }
 
 template <typename T>
 void launch_typed(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream) {
   const NTile nt = pick_n_tile(p, sizeof(T));
   TORCH_CHECK(nt.n > 0, "causalconv: no weight-gradient tile fits dilation ", p.dilation);
-  with_n(nt.n, [&](auto n) {
-    const WgradPlan pl = make_plan<T, n.value>(p, nt, sm_count);
+  with_shape<T>(nt, [&](auto shape) {
+    using Shape = decltype(shape);
+    const WgradPlan pl = make_plan<T, Shape>(p, nt, sm_count);
     TORCH_CHECK(p.splits == pl.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ",
                 pl.splits);
-    launch<T, n.value>(p, pl, dtype, stream);
+    launch<T, Shape>(p, pl, dtype, stream);
     return 0;
   });
 }

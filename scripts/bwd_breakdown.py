@@ -1,6 +1,7 @@
 """Where the backward's time goes: forward, dx alone (frozen weight), dW alone (x without
 grad) for a few shapes, median CUDA-event times with L2 flushed.
-    python scripts/bwd_breakdown.py [B,Cin,Cout,K,d,L ...]"""
+    BD_DTYPES=float32,bfloat16,float16 python scripts/bwd_breakdown.py [B,Cin,Cout,K,d,L ...]"""
+import os
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ shapes = [tuple(int(v) for v in s.split(",")) for s in sys.argv[1:]] or [
     (32, 256, 256, 4, 1, 8192), (8, 1024, 1024, 4, 1, 4096), (16, 64, 64, 2, 512, 16384), (32, 128, 128, 7, 4, 4096)]
 for shape in shapes:
     b, c_in, c_out, k, d, length = shape
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in [getattr(torch, n) for n in os.environ.get("BD_DTYPES", "float32,bfloat16").split(",")]:
         x = torch.randn(b, c_in, length, device="cuda", dtype=dtype)
         w = torch.randn(c_out, c_in, k, device="cuda", dtype=dtype) / (c_in * k) ** 0.5
         gy = torch.randn(b, c_out, length, device="cuda", dtype=dtype)

@@ -1,7 +1,8 @@
 """Writes kernels/wgmma_ops.cuh: thin inline-PTX wrappers for the warpgroup MMA shapes the
 tensor-core kernels use, fp32 accumulators: `Mma` takes A from registers and B from a
 shared-memory descriptor (the forward), `MmaSS` takes both operands as descriptors (the
-weight gradient, whose operands arrive by TMA).
+weight gradient, whose operands arrive by TMA), `MmaSSMnB` too with B stored MN-major
+(the 16-bit weight gradient's x tile, time-major rows; only 16-bit types may transpose).
 
 The wrappers differ only in the accumulator count, so they are generated rather than typed:
 run `python scripts/gen_wgmma.py` after changing SHAPES and commit both files.
@@ -19,7 +20,7 @@ HEADER = """\
 //
 // wgmma.mma_async, D += A * B with fp32 accumulators.  Mma: A in registers (4 x b32 per
 // thread), B described in shared memory.  MmaSS: both described in shared memory, both
-// K-major.  Only for sm_90a.
+// K-major.  MmaSSMnB: as MmaSS with B MN-major (16-bit types only).  Only for sm_90a.
 #pragma once
 #include <cstdint>
 
@@ -34,6 +35,8 @@ template <typename Type, int N>
 struct Mma;
 template <typename Type, int N>
 struct MmaSS;
+template <typename Type, int N>
+struct MmaSSMnB;
 """
 
 
@@ -61,15 +64,17 @@ struct Mma<{tag}, {n}> {{
 """
 
 
-def wrapper_ss(ptx_type: str, tag: str, k: int, n: int) -> str:
+def wrapper_ss(ptx_type: str, tag: str, k: int, n: int, mn_b: bool = False) -> str:
     nacc = n // 2
     acc = ", ".join(f"%{i}" for i in range(nacc))
-    # imm-scale-a, imm-scale-b (and imm-trans-a, imm-trans-b for 16-bit types): K-major.
-    imms = "1, 1" if ptx_type == "tf32" else "1, 1, 0, 0"
+    # imm-scale-a, imm-scale-b (and imm-trans-a, imm-trans-b for 16-bit types): A K-major,
+    # B K-major (0) or MN-major (1).
+    imms = "1, 1" if ptx_type == "tf32" else f"1, 1, 0, {int(mn_b)}"
+    name = "MmaSSMnB" if mn_b else "MmaSS"
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(nacc))
     return f"""
 template <>
-struct MmaSS<{tag}, {n}> {{
+struct {name}<{tag}, {n}> {{
   static constexpr int kAcc = {nacc};
   __device__ __forceinline__ static void run(float (&d)[{nacc}], uint64_t desc_a, uint64_t desc_b) {{
     asm volatile(
@@ -90,6 +95,9 @@ def main() -> None:
             body.append(wrapper(ptx_type, tag, k, n))
         for n in NS_SS:
             body.append(wrapper_ss(ptx_type, tag, k, n))
+        if ptx_type != "tf32":
+            for n in NS_SS:
+                body.append(wrapper_ss(ptx_type, tag, k, n, mn_b=True))
     body.append("\n}  // namespace wgmma\n}  // namespace causalconv\n")
     out = Path(__file__).resolve().parent.parent / "kernels" / "wgmma_ops.cuh"
     out.write_text("".join(body))

@@ -28,6 +28,7 @@ cases = [  # B, C_in, C_out, groups, K, dilation, L
     (8, 64, 64, 1, 3, 1, 8192),  # more blocks than SMs, so several waves share the scratch image
     (2, 32, 32, 1, 2, 100, 264),  # taps further apart than a weight-gradient stage is long
     (1, 48, 40, 1, 40, 1, 64),  # more taps than one weight-gradient tile holds
+    (1, 160, 64, 1, 6, 7, 136),  # 16-bit weight gradient, MN-major x: two tiles of taps, three channel blocks
 ]
 n = 0
 for kernel in kernels:
