@@ -248,7 +248,14 @@ at::Tensor input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t di
   // dx[b, i, t] = sum_{o, k} w[o, i, K-1-k] * dy[b, o, t + k*dilation]: the forward
   // kernels on dy with per-group transposed, tap-reversed weights and no left shift.
   const int64_t C_out = weight.size(0), cin_g = weight.size(1), K = weight.size(2), cout_g = C_out / groups;
-  const at::Tensor wt = weight.view({groups, cout_g, cin_g, K}).transpose(1, 2).flip({3}).reshape({groups * cin_g, cout_g, K});
+  TORCH_CHECK(weight.dim() == 3 && weight.device() == dy.device() && weight.scalar_type() == dy.scalar_type(),
+              "causalconv: weight must be a (C_out, C_in/groups, K) tensor on grad_output's device and of its dtype; "
+              "got ", weight.sizes(), " ", weight.scalar_type(), " on ", weight.device(), " against grad_output ",
+              dy.scalar_type(), " on ", dy.device());
+  const at::Tensor w = weight.contiguous();
+  at::Tensor wt = at::empty({groups * cin_g, cout_g, K}, w.options());
+  launch_weight_flip(w.data_ptr(), wt.data_ptr(), groups, static_cast<int>(cout_g), static_cast<int>(cin_g),
+                     static_cast<int>(K), w.element_size(), c10::cuda::getCurrentCUDAStream().stream());
   check_common(dy, wt, dilation, groups);
   return run_forward(dy, wt, c10::nullopt, dilation, groups, 0, resolve(dy.scalar_type(), precision), true);
 }

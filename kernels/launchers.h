@@ -43,4 +43,9 @@ int wgrad_tc_splits(const WgradParams& p, at::ScalarType dtype, int sm_count);
 void launch_wgrad_tc(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
 void launch_wgrad_reduce(const float* ws, void* dw, int64_t n, int splits, at::ScalarType dtype, cudaStream_t stream);
 
+// The input gradient's weights, wt[g*cin_g + i, o, k] = w[g*cout_g + o, i, K-1-k], both
+// contiguous, elements of 2 or 4 bytes (weight_flip.cu).
+void launch_weight_flip(const void* w, void* wt, int64_t groups, int cout_g, int cin_g, int K, int64_t elem_size,
+                        cudaStream_t stream);
+
 }  // namespace causalconv
