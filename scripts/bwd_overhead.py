@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -36,7 +37,8 @@ def gpu_us_per_call(fn, calls=20):
         for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-    gpu = sum(e.self_device_time_total for e in prof.key_averages() if e.self_device_time_total > 0)
+    # Kernel rows only: an op's row also counts the kernels it launched.
+    gpu = sum(e.self_device_time_total for e in prof.key_averages() if e.device_type == DeviceType.CUDA)
     return gpu / calls, prof
 
 
