@@ -2,7 +2,8 @@
 // memory):
 //   dw[o, i, k] = sum_{b, t} dy[b, o, t] * x[b, i, t + k*dilation + shift]
 // as a GEMM per block: M = 128 output channels (two consumer warpgroups of 64), N = a
-// group of taps times a tile of input channels (n = tap * it_rows + channel), reduced over
+// group of taps times a tile of input channels (n = tap * it_rows + channel; MN-major x,
+// below: one instruction per 64-channel block, n = tap * 64 + channel), reduced over
 // (batch, time) in chunks of one 128-byte row (32 fp32 or 64 16-bit steps).
 //
 // dy is the A operand, K-major (time contiguous) as it lies in memory; it arrives by TMA
