@@ -530,7 +530,8 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   const int smem_limit = max_smem_optin();
   FwdTmaPlan pl = make_plan<T, N, kSplit>(p, smem_limit);
   TORCH_CHECK(pl.slots >= 2, "causalconv: no TMA forward pipeline fits dilation ", p.dilation);
-  TORCH_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
+  TORCH_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.C_out <= INT32_MAX &&
+                  p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
               "causalconv: problem too large for 32-bit TMA coordinates");
   const size_t smem = static_cast<size_t>(pl.slots) * Tr::kSlotBytes + static_cast<size_t>(Tr::kTiles) * pl.tile_bytes +
                       static_cast<size_t>(pl.nraw) * pl.raw_bytes + Tr::kStageBytes + Tr::kBarrierBytes + 1024;
