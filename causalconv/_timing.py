@@ -4,6 +4,7 @@ each one, warm-up first, median of many runs."""
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Callable
 
 import torch
@@ -44,3 +45,18 @@ def time_cuda(fn: Callable[[], object], *, min_reps: int = 100, max_reps: int = 
     torch.cuda.synchronize(device)
     times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
     return {"median_ms": statistics.median(times), "reps": reps, "min_ms": min(times)}
+
+
+def cpu_ms_per_call(fn: Callable[[], object], calls: int = 500, warmup: int = 50) -> float:
+    """Milliseconds of host time per call to issue fn() back to back, taken before the final
+    synchronize: what a call costs the CPU, whatever its kernels take, as long as the calls'
+    launches fit the launch queue (about a thousand; beyond it the CPU waits for the GPU)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = (time.perf_counter() - start) / calls * 1e3
+    torch.cuda.synchronize()
+    return elapsed

@@ -2,8 +2,9 @@
 // tap-reversed weights, wt[g*cin_g + i, o, k] = w[g*cout_g + o, i, K-1-k].  One launch
 // writes them, where the ATen route (view, transpose, flip, reshape) took two kernels, flip
 // and the copy after it.  (torch.profiler had put aten::flip first among a small backward's
-// CPU costs, but the call's CPU time measured the same without it, 168 -> 166 us per call on
-// 4x512->512 bf16: that was the profiler's own overhead.)
+// CPU costs; with this kernel the 4x512->512 bf16 backward still took 168 -> 166 us per
+// back-to-back call, but that measure includes waiting for the GPU, whose kernels take
+// about as long there, so whether the CPU time fell is not known.)
 #include <ATen/ATen.h>
 
 #include "common.cuh"

@@ -1,11 +1,11 @@
 """Where a small backward's time goes: for ModelNew and the reference Model, the backward
 (autograd.grad of a retained graph, x and weight requiring grad) timed three ways: as the
-benchmark times it (CUDA events, L2 flushed), CPU time per call over back-to-back calls, and
-the GPU time of its kernels (torch.profiler); then our top CPU ops.  When the first is close
-to the second and well above the third, the row is bound by the host, not the kernels.
+benchmark times it (CUDA events, L2 flushed), the host time to issue one call (back-to-back
+calls, before the final synchronize), and the GPU time of its kernels (torch.profiler, which
+adds some of its own); then our top CPU ops (the profiler inflates those too).  When the
+first is close to the second and well above the third, the row is bound by the host.
     python scripts/bwd_overhead.py [dtype] [B,Cin,Cout,K,d,L ...]"""
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -14,22 +14,11 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from causalconv import Model, ModelNew  # noqa: E402
-from causalconv._timing import time_cuda  # noqa: E402
+from causalconv._timing import cpu_ms_per_call, time_cuda  # noqa: E402
 
 dtype = getattr(torch, sys.argv[1]) if len(sys.argv) > 1 else torch.bfloat16
 shapes = [tuple(int(v) for v in s.split(",")) for s in sys.argv[2:]] or [(4, 512, 512, 3, 1, 2048),
                                                                        (1, 256, 256, 4, 1, 64)]
-
-
-def cpu_us_per_call(fn, calls=300):
-    for _ in range(30):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 def gpu_us_per_call(fn, calls=20):
@@ -56,7 +45,7 @@ for shape in shapes:
             return torch.autograd.grad(y, params, gy, retain_graph=True)
 
         bench = time_cuda(fn)["median_ms"] * 1e3
-        cpu = cpu_us_per_call(fn)
+        cpu = cpu_ms_per_call(fn, calls=100, warmup=20) * 1e3  # ~6 launches a call
         gpu, prof = gpu_us_per_call(fn)
         print(f"{shape} {str(dtype)[6:]} {name:4s} benchmark {bench:7.1f} us  cpu/call {cpu:7.1f} us  "
               f"gpu kernels/call {gpu:7.1f} us", flush=True)

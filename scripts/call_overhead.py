@@ -4,29 +4,16 @@ benchmark times) with autograd enabled and disabled, and the CPU time per call o
 back-to-back calls.
     python scripts/call_overhead.py [B,Cin,Cout,K,d,L ...]"""
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from causalconv import Model, ModelNew  # noqa: E402
-from causalconv._timing import time_cuda  # noqa: E402
+from causalconv._timing import cpu_ms_per_call, time_cuda  # noqa: E402
 
 shapes = [tuple(int(v) for v in s.split(",")) for s in sys.argv[1:]] or [
     (3, 96, 160, 5, 3, 1000), (1, 256, 256, 4, 1, 64), (4, 512, 512, 3, 1, 2048)]
-
-
-def cpu_ms_per_call(fn, calls=500):
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = (time.perf_counter() - start) / calls * 1e3
-    torch.cuda.synchronize()
-    return elapsed
 
 
 for dtype in (torch.bfloat16, torch.float32):
