@@ -293,8 +293,11 @@ at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t 
   if (forced == KernelChoice::kAuto) tc = tc && p.cin_g >= 16 && p.cout_g >= 16;
   else if (forced != KernelChoice::kWgmma && forced != KernelChoice::kWgmmaRegisterA) tc = false;
 
+  // The register-A fp32 kernel only when forced, until it has been measured against the
+  // shared-memory one (NOTES.md, next steps).
+  const bool rs = tc && forced == KernelChoice::kWgmmaRegisterA && wgrad_rs_supports(p, dtype);
   const int sms = sm_count();
-  p.splits = tc ? wgrad_tc_splits(p, dtype, sms) : wgrad_generic_splits(p, sms);
+  p.splits = rs ? wgrad_rs_splits(p, sms) : tc ? wgrad_tc_splits(p, dtype, sms) : wgrad_generic_splits(p, sms);
   const int64_t n = dw.numel();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   // Partial sums in this stream's scratch buffer, held until the reduction is enqueued.
@@ -305,7 +308,10 @@ at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t 
     poison(ws);
   }
   poison(dw);
-  if (tc) {
+  if (rs) {
+    launch_wgrad_rs(p, dtype, sms, stream);
+    count(KernelKind::kWgradWgmma);
+  } else if (tc) {
     launch_wgrad_tc(p, dtype, sms, stream);
     count(KernelKind::kWgradWgmma);
   } else {

@@ -41,6 +41,11 @@ void launch_wgrad_generic(const WgradParams& p, at::ScalarType dtype, int sm_cou
 bool wgrad_tc_supports(const WgradParams& p, at::ScalarType dtype);
 int wgrad_tc_splits(const WgradParams& p, at::ScalarType dtype, int sm_count);
 void launch_wgrad_tc(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
+// fp32 with TF32 operands only, on the same conditions: x as the register operand, read
+// from a raw window at each tap's offset instead of shifted tile copies (wgrad_rs.cu).
+bool wgrad_rs_supports(const WgradParams& p, at::ScalarType dtype);
+int wgrad_rs_splits(const WgradParams& p, int sm_count);
+void launch_wgrad_rs(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
 void launch_wgrad_reduce(const float* ws, void* dw, int64_t n, int splits, at::ScalarType dtype, cudaStream_t stream);
 
 // The input gradient's weights, wt[g*cin_g + i, o, k] = w[g*cout_g + o, i, K-1-k], both

@@ -195,6 +195,17 @@ __device__ __forceinline__ void bulk_wait_group_read() {
 }
 // Waits until all of this thread's bulk groups have completed, their writes included.
 __device__ __forceinline__ void bulk_wait_group_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Warp-specialized register budgets: a warpgroup gives registers back (dec) or takes them
+// (inc, waiting until others have given them back); every warp of the warpgroup executes
+// the same one.  kRegs is a multiple of 8 in [24, 256].
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
 __device__ __forceinline__ void tma_prefetch_descriptor(const void* tensor_map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tensor_map) : "memory");
 }

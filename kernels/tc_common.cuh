@@ -135,6 +135,22 @@ __device__ __forceinline__ void transpose_window_b16(uint32_t raw, uint32_t tile
   }
 }
 
+// Rounds n16 16-byte chunks of fp32 operand in shared memory to TF32 in place, chunk i by
+// thread i % kThreads (tid): for operands that reach the tensor cores by TMA, which would
+// truncate them.
+template <int kThreads>
+__device__ __forceinline__ void round_tf32_in_place(float4* v, int n16, int tid) {
+#pragma unroll 4
+  for (int i = tid; i < n16; i += kThreads) {
+    float4 f = v[i];
+    f.x = round_tf32(f.x);
+    f.y = round_tf32(f.y);
+    f.z = round_tf32(f.z);
+    f.w = round_tf32(f.w);
+    v[i] = f;
+  }
+}
+
 // The block organization of the warp-specialized sm_90a kernels (fwd_tma.cu, wgrad_tc.cu):
 // warp 0 issues the copies, warps 1-3 (the shifters) transpose x, and two consumer
 // warpgroups issue the MMAs, 64 output channels each.

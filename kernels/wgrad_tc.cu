@@ -40,6 +40,7 @@
 #include "launchers.h"
 #include "tc_common.cuh"
 #include "tensor_map.h"
+#include "wgrad_plan.cuh"
 
 namespace causalconv {
 namespace tc {
@@ -79,8 +80,7 @@ struct WgradPlan {
   int tile_bytes;  // one x tile (B operand), a multiple of 1024
   int part_bytes;  // MN-major: one 64-channel block of it (window rows of 128 bytes)
   int n_kt, n_it, n_ot;
-  int64_t n_tiles, units, per_split;
-  int splits;
+  WgradSplit split;
 };
 
 template <typename T, class Shape>
@@ -105,21 +105,10 @@ __global__ void __launch_bounds__(WgradTraits<T, Shape>::kThreads, 1)
   auto tile_free = [&](int x) { return bars + 8u * (2 * nsl + Tr::kTiles + x); };
   constexpr int kRawOffset = Tr::kDyBytes;  // in a copy slot
 
-  int64_t tile = blockIdx.x % pl.n_tiles;
-  const int64_t split = blockIdx.x / pl.n_tiles;
-  const int ot = static_cast<int>(tile % pl.n_ot);
-  tile /= pl.n_ot;
-  const int it = static_cast<int>(tile % pl.n_it);
-  tile /= pl.n_it;
-  const int kt = static_cast<int>(tile % pl.n_kt);
-  const int g = static_cast<int>(tile / pl.n_kt);
-  const int64_t u0 = split * pl.per_split;
-  const int S = static_cast<int>(std::min<int64_t>(pl.units, u0 + pl.per_split) - u0);
-  const int k0 = kt * pl.taps, taps = min(pl.taps, p.K - k0);  // this tile's taps
-  // The raw window starts at t0 + lead (a 16-byte boundary); tap k's tile at offset
-  // off0 + k*dilation inside it.
-  const int lead = static_cast<int>(floor_div(p.shift + k0 * p.dilation, Tr::kV) * Tr::kV);
-  const int off0 = p.shift + k0 * p.dilation - lead;
+  const WgradBlock blk = decode_wgrad_block(p, pl.split, pl.n_ot, pl.n_it, pl.n_kt, pl.taps, Tr::kV);
+  const int ot = blk.ot, it = blk.ct, g = blk.g, S = blk.S, k0 = blk.k0, taps = blk.taps, lead = blk.lead,
+            off0 = blk.off0;
+  const int64_t split = blk.split, u0 = blk.u0;
   const bool tf32 = std::is_same_v<T, float> && p.precision == Precision::kTF32;
 
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -219,18 +208,7 @@ __global__ void __launch_bounds__(WgradTraits<T, Shape>::kThreads, 1)
           for (rb += kWarps; rb >= bpt; rb -= bpt) ++k;
         }
         if constexpr (std::is_same_v<T, float>) {
-          if (tf32) {
-            float4* dyv = reinterpret_cast<float4*>(slot);
-#pragma unroll 4
-            for (int i = stid; i < Tr::kDyBytes / 16; i += Tr::kShifters) {
-              float4 f = dyv[i];
-              f.x = round_tf32(f.x);
-              f.y = round_tf32(f.y);
-              f.z = round_tf32(f.z);
-              f.w = round_tf32(f.w);
-              dyv[i] = f;
-            }
-          }
+          if (tf32) round_tf32_in_place<Tr::kShifters>(reinterpret_cast<float4*>(slot), Tr::kDyBytes / 16, stid);
         }
         ptx::fence_proxy_async();  // the MMAs read through the async proxy
         ptx::mbar_arrive(ready(xr.idx));
@@ -323,8 +301,6 @@ int raw_window(const WgradParams& p, int taps, int ct, int v) {
   return static_cast<int>(ceil_div(v - 1 + static_cast<int64_t>(taps - 1) * p.dilation + ct, v) * v);
 }
 
-int round_kb(int64_t bytes) { return static_cast<int>(ceil_div(bytes, 1024) * 1024); }
-
 // Both layouts pick by the same order: fewest MMA columns over the whole problem, then
 // the widest tile, then the most taps per tile (the least raw window traffic), such that
 // kWgradTiles x tiles and two copy slots fit.
@@ -344,7 +320,7 @@ NTile pick_n_tile_kmajor(const WgradParams& p, int elem) {
     if (window > 256) break;  // the TMA box limit; wider spans take fewer taps per tile
     for (int rows = 8; taps * rows <= 256; rows += 8) {
       const int n = static_cast<int>(ceil_div(taps * rows, 64) * 64);
-      const int slot = 128 * 128 + round_kb(static_cast<int64_t>(rows) * window * elem);  // dy + raw x
+      const int slot = 128 * 128 + round_up_kb(static_cast<int64_t>(rows) * window * elem);  // dy + raw x
       if (kWgradTiles * n * 128 + 2 * slot > budget) continue;
       const int64_t cost = ceil_div(p.K, taps) * ceil_div(p.cin_g, rows) * n;
       if (better_tile(cost, n, taps, best_cost, best)) {
@@ -366,8 +342,8 @@ NTile pick_n_tile_mn(const WgradParams& p) {
     if (window > 256) break;
     for (int ca = 1; ca <= 4; ca *= 2) {
       if (taps * ca > 4) break;  // 256 accumulator columns
-      const int part = round_kb(static_cast<int64_t>(window) * 128);
-      const int slot = 128 * 128 + round_kb(static_cast<int64_t>(ca) * 64 * window * elem);
+      const int part = round_up_kb(static_cast<int64_t>(window) * 128);
+      const int slot = 128 * 128 + round_up_kb(static_cast<int64_t>(ca) * 64 * window * elem);
       if (kWgradTiles * ca * part + 2 * slot > budget) continue;
       const int64_t cost = ceil_div(p.K, taps) * ceil_div(p.cin_g, 64 * ca) * (64 * taps * ca);
       if (better_tile(cost, 64 * taps * ca, taps, best_cost, best)) {
@@ -396,21 +372,13 @@ WgradPlan make_plan(const WgradParams& p, const NTile& nt, int sm_count) {
   pl.window = nt.window;
   pl.tile_bytes = nt.tile_bytes;
   pl.part_bytes = nt.part_bytes;
-  pl.slot_bytes = Tr::kDyBytes + round_kb(static_cast<int64_t>(nt.it_rows) * nt.window * sizeof(T));
+  pl.slot_bytes = Tr::kDyBytes + round_up_kb(static_cast<int64_t>(nt.it_rows) * nt.window * sizeof(T));
   pl.n_kt = static_cast<int>(ceil_div(p.K, nt.taps));
   pl.n_it = static_cast<int>(ceil_div(p.cin_g, nt.it_rows));
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kBM));
   pl.slots = std::min(Tr::kMaxSlots,
                       (max_smem_optin() - 1024 - kBarrierBytes<Tr> - Tr::kTiles * pl.tile_bytes) / pl.slot_bytes);
-  pl.n_tiles = static_cast<int64_t>(p.groups) * pl.n_kt * pl.n_it * pl.n_ot;
-  pl.units = p.B * ceil_div(p.L, Tr::kCT);
-  const int64_t n_out = static_cast<int64_t>(p.groups) * p.cout_g * p.cin_g * p.K;
-  // One block per multiprocessor (shared memory), so exactly one wave: a second, nearly
-  // empty wave would double the time.
-  int64_t splits = std::max<int64_t>(1, sm_count / pl.n_tiles);
-  splits = std::min<int64_t>({splits, pl.units, std::max<int64_t>(1, (int64_t{1} << 26) / n_out)});
-  pl.per_split = ceil_div(pl.units, splits);
-  pl.splits = static_cast<int>(ceil_div(pl.units, pl.per_split));
+  pl.split = plan_wgrad_split(p, static_cast<int64_t>(p.groups) * pl.n_kt * pl.n_it * pl.n_ot, Tr::kCT, sm_count);
   return pl;
 }
 
@@ -421,9 +389,9 @@ void launch(const WgradParams& p, const WgradPlan& pl, at::ScalarType dtype, cud
                       kBarrierBytes<Tr> + 1024;
   TORCH_CHECK(pl.slots >= 2 && smem <= static_cast<size_t>(max_smem_optin()),
               "causalconv: weight-gradient pipeline needs 2 copy slots of ", pl.slot_bytes, " bytes of shared memory");
-  const int64_t blocks = pl.n_tiles * pl.splits;
+  const int64_t blocks = pl.split.n_tiles * pl.split.splits;
   const int64_t C_out = static_cast<int64_t>(p.groups) * p.cout_g, C_in = static_cast<int64_t>(p.groups) * p.cin_g;
-  TORCH_CHECK(blocks <= INT32_MAX && pl.units <= INT32_MAX && p.B * std::max(C_out, C_in) <= INT32_MAX &&
+  TORCH_CHECK(blocks <= INT32_MAX && pl.split.units <= INT32_MAX && p.B * std::max(C_out, C_in) <= INT32_MAX &&
                   p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
               "causalconv: weight-gradient problem too large for 32-bit TMA coordinates");
   const CUtensorMap map_dy = make_row_tensor_map(p.dy, dtype, p.B * C_out, p.L, Tr::kCT, Tr::kBM, true);
@@ -464,7 +432,7 @@ auto with_shape(const NTile& nt, F&& f) {
 template <typename T>
 int splits_typed(const WgradParams& p, int sm_count) {
   const NTile nt = pick_n_tile(p, sizeof(T));
-  return with_shape<T>(nt, [&](auto shape) { return make_plan<T, decltype(shape)>(p, nt, sm_count).splits; });
+  return with_shape<T>(nt, [&](auto shape) { return make_plan<T, decltype(shape)>(p, nt, sm_count).split.splits; });
 }
 
 template <typename T>
@@ -474,8 +442,8 @@ void launch_typed(const WgradParams& p, at::ScalarType dtype, int sm_count, cuda
   with_shape<T>(nt, [&](auto shape) {
     using Shape = decltype(shape);
     const WgradPlan pl = make_plan<T, Shape>(p, nt, sm_count);
-    TORCH_CHECK(p.splits == pl.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ",
-                pl.splits);
+    TORCH_CHECK(p.splits == pl.split.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ",
+                pl.split.splits);
     launch<T, Shape>(p, pl, dtype, stream);
     return 0;
   });

@@ -1,6 +1,8 @@
 """Where the backward's time goes: forward, dx alone (frozen weight), dW alone (x without
-grad) for a few shapes, median CUDA-event times with L2 flushed.
-    BD_DTYPES=float32,bfloat16,float16 python scripts/bwd_breakdown.py [B,Cin,Cout,K,d,L ...]"""
+grad) for a few shapes, median CUDA-event times with L2 flushed.  BD_KERNELS names forced kernel
+families to time side by side ("auto" by default; "wgmma-ra" runs the fp32 weight gradient
+with x in registers, and the register-A forward).
+    BD_DTYPES=float32,bfloat16,float16 BD_KERNELS=auto,wgmma-ra python scripts/bwd_breakdown.py [B,Cin,Cout,K,d,L ...]"""
 import os
 import sys
 from pathlib import Path
@@ -8,7 +10,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from causalconv import causal_conv1d  # noqa: E402
+from causalconv import _build, causal_conv1d  # noqa: E402
 from causalconv._timing import time_cuda  # noqa: E402
 
 shapes = [tuple(int(v) for v in s.split(",")) for s in sys.argv[1:]] or [
@@ -23,12 +25,15 @@ for shape in shapes:
         y_dx = causal_conv1d(xg, w, None, d)
         y_dw = causal_conv1d(x, wg, None, d)
         gflop = 2 * b * c_in * c_out * k * length / 1e9
-        t = {
-            "fwd": time_cuda(lambda: causal_conv1d(x, w, None, d), min_reps=30, budget_s=0.4)["median_ms"],
-            "dx": time_cuda(lambda: torch.autograd.grad(y_dx, [xg], gy, retain_graph=True), min_reps=30,
-                            budget_s=0.4)["median_ms"],
-            "dw": time_cuda(lambda: torch.autograd.grad(y_dw, [wg], gy, retain_graph=True), min_reps=30,
-                            budget_s=0.4)["median_ms"],
-        }
-        print(f"{shape} {str(dtype)[6:]:9s} " + "  ".join(f"{n} {v:.3f} ms ({gflop / v:.0f} TFLOP/s)"
-                                                          for n, v in t.items()), flush=True)
+        for kernel in os.environ.get("BD_KERNELS", "auto").split(","):
+            _build.load().set_forced_kernel(kernel)
+            t = {
+                "fwd": time_cuda(lambda: causal_conv1d(x, w, None, d), min_reps=30, budget_s=0.4)["median_ms"],
+                "dx": time_cuda(lambda: torch.autograd.grad(y_dx, [xg], gy, retain_graph=True), min_reps=30,
+                                budget_s=0.4)["median_ms"],
+                "dw": time_cuda(lambda: torch.autograd.grad(y_dw, [wg], gy, retain_graph=True), min_reps=30,
+                                budget_s=0.4)["median_ms"],
+            }
+            print(f"{shape} {str(dtype)[6:]:9s} {kernel:8s} " + "  ".join(
+                f"{n} {v:.3f} ms ({gflop / v:.0f} TFLOP/s)" for n, v in t.items()), flush=True)
+        _build.load().set_forced_kernel("auto")

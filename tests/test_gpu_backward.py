@@ -67,22 +67,29 @@ def test_gradients_grid(dtype, precision, k, kernel):
                                seed, f"{kernel} {c_in}->{c_out} g={groups} K={k} d={dilation} L={length} {layout}")
 
 
+# "wgmma-ra" runs the fp32 weight gradient with x as the register operand (wgrad_rs.cu);
+# 16-bit types have no such kernel (they would repeat the "wgmma" cases).
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("k,dilation", [(1, 1), (2, 1), (3, 2), (4, 1), (4, 5), (5, 3), (7, 4), (8, 9), (16, 1),
                                         (3, 40), (2, 512)])  # d=512: one tap per tile, two tiles of taps
-def test_tensor_core_weight_gradient(dtype, precision, k, dilation):
+@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-ra"])
+def test_tensor_core_weight_gradient(dtype, precision, k, dilation, kernel):
     if not ext().has_wgmma():
         pytest.skip("wgmma needs an sm_90 GPU")
     if precision == "ieee":
         pytest.skip("full-accuracy fp32 weight gradients run on the CUDA-core kernel")
-    with forced_kernel("wgmma"):
-        for c_in, c_out, groups, length in ((96, 160, 1, 1000), (256, 256, 1, 4096), (192, 64, 2, 8), (257, 33, 1, 64)):
+    if kernel == "wgmma-ra" and dtype != torch.float32:
+        pytest.skip("the register-A weight gradient is fp32 only")
+    with forced_kernel(kernel):
+        for c_in, c_out, groups, length in ((96, 160, 1, 1000), (256, 256, 1, 4096), (192, 64, 2, 8), (257, 33, 1, 64),
+                                            (64, 320, 1, 512)):
             _check(c_in, c_out, groups, k, dilation, length, dtype, precision, True, "contiguous", k * 100 + length,
-                   f"wgmma {c_in}->{c_out} g={groups} K={k} d={dilation} L={length}")
+                   f"{kernel} {c_in}->{c_out} g={groups} K={k} d={dilation} L={length}")
 
 
 @pytest.mark.parametrize("k,dilation", [(2, 512), (12, 1), (40, 3)])
-def test_long_or_dilated_weight_gradient_runs_on_tensor_cores(k, dilation):
+@pytest.mark.parametrize("kernel", ["auto", "wgmma-ra"])
+def test_long_or_dilated_weight_gradient_runs_on_tensor_cores(k, dilation, kernel):
     """The taps' tiles are cut from a raw x window per stage (several tiles of taps when the
     span is wide), so no K or dilation sends the weight gradient to the CUDA-core kernel."""
     if not ext().has_wgmma():
@@ -91,11 +98,11 @@ def test_long_or_dilated_weight_gradient_runs_on_tensor_cores(k, dilation):
     x = torch.randn(2, 64, 2048, generator=g).to(DEV)
     w = (torch.randn(64, 64, k, generator=g) / (8 * k**0.5)).to(DEV).requires_grad_(True)
     gy = torch.randn(2, 64, 2048, generator=g).to(DEV)
-    with count_launches() as n, poisoned_outputs():
+    with forced_kernel(kernel), count_launches() as n, poisoned_outputs():
         dw = torch.autograd.grad(causal_conv1d(x, w, dilation=dilation, precision="tf32"), [w], gy)[0]
     assert n["wgrad_wgmma"] == 1 and n["wgrad_generic"] == 0, n
     exact = _exact_grads(x, w, None, gy, dilation, 1, "tf32")[1]
-    assert_close(dw, exact, torch.float32, "tf32", "dw", label=f"wgmma K={k} d={dilation}")
+    assert_close(dw, exact, torch.float32, "tf32", "dw", label=f"{kernel} K={k} d={dilation}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -116,9 +123,11 @@ def test_weight_gradient_of_unaligned_tensors(dtype):
     assert_close(dw, exact, dtype, precision, "dw", label="unaligned")
 
 
-@pytest.mark.parametrize("kernel", ["auto", "generic"])
+@pytest.mark.parametrize("kernel", ["auto", "generic", "wgmma-ra"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_weight_gradient_is_deterministic(kernel, dtype):
+    if kernel == "wgmma-ra" and not ext().has_wgmma():
+        pytest.skip("wgmma needs an sm_90 GPU")
     torch.manual_seed(0)
     x = torch.randn(8, 256, 2048, device=DEV, dtype=dtype)
     w = torch.randn(256, 256, 4, device=DEV, dtype=dtype, requires_grad=True)
