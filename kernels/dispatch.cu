@@ -79,6 +79,7 @@ struct FwdChoice {
   int bn = 64;
   bool copy_x = false;  // tensor cores after one contiguous copy of x
   bool tma = false;     // the wgmma family's TMA kernel rather than the register-A one
+  bool window = false;  // fp32 TF32 on the TMA kernel that reads x from raw windows into registers
 };
 
 FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice forced) {
@@ -105,6 +106,7 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
       return c;
     case KernelChoice::kWgmma:
     case KernelChoice::kWgmmaRegisterA:
+    case KernelChoice::kWgmmaWindow:
     case KernelChoice::kMma: {
       const bool use_wgmma = forced != KernelChoice::kMma;
       TORCH_CHECK(!use_wgmma || wgmma, "causalconv: wgmma needs an sm_90 GPU and an sm_90a build");
@@ -112,6 +114,7 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
       TORCH_CHECK(x_ok || can_copy, "causalconv: tensor-core kernels need L to be a multiple of ",
                   vec_elems(x.scalar_type()));
       tensor_cores(use_wgmma, forced == KernelChoice::kWgmmaRegisterA);
+      c.window = forced == KernelChoice::kWgmmaWindow;
       return c;
     }
     case KernelChoice::kAuto: break;
@@ -189,7 +192,8 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
   switch (c.kind) {
     case KernelKind::kFwdDepthwise: launch_fwd_depthwise(p, dtype, stream); break;
     case KernelKind::kFwdWgmma:
-      if (c.tma) launch_fwd_tma(p, dtype, sm_count(), stream);  // which checks fwd_tma_supports
+      if (c.tma && c.window && fwd_rs_supports(p, dtype)) launch_fwd_rs(p, dtype, sm_count(), stream);
+      else if (c.tma) launch_fwd_tma(p, dtype, sm_count(), stream);  // which checks fwd_tma_supports
       else launch_fwd_tc(p, dtype, TcKernel::kWgmma, c.bn, stream);
       break;
     case KernelKind::kFwdMma: launch_fwd_tc(p, dtype, TcKernel::kMmaSync, c.bn, stream); break;
@@ -209,8 +213,9 @@ void set_forced_kernel(const std::string& name) {
   else if (name == "depthwise") k = KernelChoice::kDepthwise;
   else if (name == "wgmma") k = KernelChoice::kWgmma;
   else if (name == "wgmma-ra") k = KernelChoice::kWgmmaRegisterA;
+  else if (name == "wgmma-window") k = KernelChoice::kWgmmaWindow;
   else if (name == "mma") k = KernelChoice::kMma;
-  else TORCH_CHECK(false, "causalconv: kernel must be one of auto, generic, depthwise, wgmma, wgmma-ra, mma; got '", name, "'");
+  else TORCH_CHECK(false, "causalconv: kernel must be one of auto, generic, depthwise, wgmma, wgmma-ra, wgmma-window, mma; got '", name, "'");
   g_forced.store(static_cast<int>(k));
 }
 
@@ -291,11 +296,13 @@ at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t 
   // A forced forward family forces the weight gradient only where it has a kernel of that
   // family (wgmma); otherwise the CUDA-core kernel runs.
   if (forced == KernelChoice::kAuto) tc = tc && p.cin_g >= 16 && p.cout_g >= 16;
-  else if (forced != KernelChoice::kWgmma && forced != KernelChoice::kWgmmaRegisterA) tc = false;
+  else if (forced != KernelChoice::kWgmma && forced != KernelChoice::kWgmmaRegisterA &&
+           forced != KernelChoice::kWgmmaWindow)
+    tc = false;
 
-  // The register-A fp32 kernel only when forced, until it has been measured against the
+  // The raw-window fp32 kernel only when forced, until it has been measured against the
   // shared-memory one (NOTES.md, next steps).
-  const bool rs = tc && forced == KernelChoice::kWgmmaRegisterA && wgrad_rs_supports(p, dtype);
+  const bool rs = tc && forced == KernelChoice::kWgmmaWindow && wgrad_rs_supports(p, dtype);
   const int sms = sm_count();
   p.splits = rs ? wgrad_rs_splits(p, sms) : tc ? wgrad_tc_splits(p, dtype, sms) : wgrad_generic_splits(p, sms);
   const int64_t n = dw.numel();

@@ -25,8 +25,10 @@ constexpr int kNumKernelKinds = 7;
 
 // A test/benchmark override of the automatic choice.
 // kWgmma runs the TMA kernel where it applies; kWgmmaRegisterA the wgmma kernel that
-// reads x from registers (the one 3xTF32 always uses).
-enum class KernelChoice : int { kAuto = 0, kGeneric, kDepthwise, kWgmma, kWgmmaRegisterA, kMma };
+// reads x from registers out of staged tiles; kWgmmaWindow, for TF32 fp32, the TMA kernels
+// that read x into registers straight from raw windows at each tap's offset (fwd_rs.cu,
+// wgrad_rs.cu), elsewhere what kWgmma runs.
+enum class KernelChoice : int { kAuto = 0, kGeneric, kDepthwise, kWgmma, kWgmmaRegisterA, kWgmmaWindow, kMma };
 
 at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
                    int64_t dilation, int64_t groups, int64_t precision);

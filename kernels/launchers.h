@@ -21,6 +21,9 @@ void launch_fwd_tc(const ConvParams& p, at::ScalarType dtype, TcKernel kind, int
 // TF32 or 16-bit, x with unit stride along L and 16-byte aligned rows, y contiguous.
 bool fwd_tma_supports(const ConvParams& p, at::ScalarType dtype);
 void launch_fwd_tma(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream);
+// The same for TF32 fp32 with x read into registers from raw windows (fwd_rs.cu).
+bool fwd_rs_supports(const ConvParams& p, at::ScalarType dtype);
+void launch_fwd_rs(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream);
 
 // Weight gradient into a float32 workspace of `splits` partial sums laid out as
 // [splits][C_out][cin_g][K]; launch_wgrad_reduce then adds them in split order into dw.

@@ -1,8 +1,8 @@
 """Where the backward's time goes: forward, dx alone (frozen weight), dW alone (x without
 grad) for a few shapes, median CUDA-event times with L2 flushed.  BD_KERNELS names forced kernel
-families to time side by side ("auto" by default; "wgmma-ra" runs the fp32 weight gradient
-with x in registers, and the register-A forward).
-    BD_DTYPES=float32,bfloat16,float16 BD_KERNELS=auto,wgmma-ra python scripts/bwd_breakdown.py [B,Cin,Cout,K,d,L ...]"""
+families to time side by side ("auto" by default; "wgmma-window" runs fp32 TF32 on the kernels
+that read x into registers from raw windows).
+    BD_DTYPES=float32,bfloat16,float16 BD_KERNELS=auto,wgmma-window python scripts/bwd_breakdown.py [B,Cin,Cout,K,d,L ...]"""
 import os
 import sys
 from pathlib import Path

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from causalconv import _build, causal_conv1d  # noqa: E402
 
 ext = _build.load()
-kernels = ["generic", "mma"] + (["wgmma", "wgmma-ra"] if ext.has_wgmma() else [])
+kernels = ["generic", "mma"] + (["wgmma", "wgmma-ra", "wgmma-window"] if ext.has_wgmma() else [])
 if os.environ.get("SANITIZE_KERNELS"):
     kernels = [k for k in kernels if k in os.environ["SANITIZE_KERNELS"].split(",")]
 cases = [  # B, C_in, C_out, groups, K, dilation, L

@@ -67,19 +67,19 @@ def test_gradients_grid(dtype, precision, k, kernel):
                                seed, f"{kernel} {c_in}->{c_out} g={groups} K={k} d={dilation} L={length} {layout}")
 
 
-# "wgmma-ra" runs the fp32 weight gradient with x as the register operand (wgrad_rs.cu);
-# 16-bit types have no such kernel (they would repeat the "wgmma" cases).
+# "wgmma-window" runs the fp32 weight gradient with x read into registers from raw windows
+# (wgrad_rs.cu); 16-bit types have no such kernel (they would repeat the "wgmma" cases).
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("k,dilation", [(1, 1), (2, 1), (3, 2), (4, 1), (4, 5), (5, 3), (7, 4), (8, 9), (16, 1),
                                         (3, 40), (2, 512)])  # d=512: one tap per tile, two tiles of taps
-@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-ra"])
+@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-window"])
 def test_tensor_core_weight_gradient(dtype, precision, k, dilation, kernel):
     if not ext().has_wgmma():
         pytest.skip("wgmma needs an sm_90 GPU")
     if precision == "ieee":
         pytest.skip("full-accuracy fp32 weight gradients run on the CUDA-core kernel")
-    if kernel == "wgmma-ra" and dtype != torch.float32:
-        pytest.skip("the register-A weight gradient is fp32 only")
+    if kernel == "wgmma-window" and dtype != torch.float32:
+        pytest.skip("the raw-window weight gradient is fp32 only")
     with forced_kernel(kernel):
         for c_in, c_out, groups, length in ((96, 160, 1, 1000), (256, 256, 1, 4096), (192, 64, 2, 8), (257, 33, 1, 64),
                                             (64, 320, 1, 512)):
@@ -88,7 +88,7 @@ def test_tensor_core_weight_gradient(dtype, precision, k, dilation, kernel):
 
 
 @pytest.mark.parametrize("k,dilation", [(2, 512), (12, 1), (40, 3)])
-@pytest.mark.parametrize("kernel", ["auto", "wgmma-ra"])
+@pytest.mark.parametrize("kernel", ["auto", "wgmma-window"])
 def test_long_or_dilated_weight_gradient_runs_on_tensor_cores(k, dilation, kernel):
     """The taps' tiles are cut from a raw x window per stage (several tiles of taps when the
     span is wide), so no K or dilation sends the weight gradient to the CUDA-core kernel."""
@@ -123,10 +123,10 @@ def test_weight_gradient_of_unaligned_tensors(dtype):
     assert_close(dw, exact, dtype, precision, "dw", label="unaligned")
 
 
-@pytest.mark.parametrize("kernel", ["auto", "generic", "wgmma-ra"])
+@pytest.mark.parametrize("kernel", ["auto", "generic", "wgmma-window"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_weight_gradient_is_deterministic(kernel, dtype):
-    if kernel == "wgmma-ra" and not ext().has_wgmma():
+    if kernel == "wgmma-window" and not ext().has_wgmma():
         pytest.skip("wgmma needs an sm_90 GPU")
     torch.manual_seed(0)
     x = torch.randn(8, 256, 2048, device=DEV, dtype=dtype)

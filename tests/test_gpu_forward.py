@@ -55,13 +55,14 @@ def test_cuda_core_kernels_grid(dtype, precision, k, groups):
 def _tc_kernels():
     names = ["mma"]
     if torch.cuda.is_available() and ext().has_wgmma():
-        names[:0] = ["wgmma", "wgmma-ra"]
+        names[:0] = ["wgmma", "wgmma-ra", "wgmma-window"]
     return names
 
 
 # "wgmma" is the TMA kernel wherever it applies (both fp32 modes), "wgmma-ra" the one that
-# reads x from registers.
-@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-ra", "mma"])
+# reads x from registers out of staged tiles, "wgmma-window" (TF32 only; elsewhere it runs
+# what "wgmma" runs) the TMA kernel that reads x into registers from raw windows.
+@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-ra", "wgmma-window", "mma"])
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("k", KS)
 @pytest.mark.parametrize("groups", [1, 2])
@@ -69,6 +70,8 @@ def test_tensor_core_kernels_grid(kernel, dtype, precision, k, groups):
     """96 -> 160 channels per group: partial input-channel chunks and output tiles."""
     if kernel not in _tc_kernels():
         pytest.skip("wgmma needs an sm_90 GPU")
+    if kernel == "wgmma-window" and (dtype, precision) != (torch.float32, "tf32"):
+        pytest.skip("the raw-window kernel is TF32 only (the others would repeat the 'wgmma' cases)")
     seed = 1000
     with forced_kernel(kernel):
         for dilation in DILATIONS:

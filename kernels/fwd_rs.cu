@@ -1,0 +1,309 @@
+// fp32 (TF32) forward with x as the register operand, read at each tap's offset straight
+// from a raw TMA window (sm_90a: TMA and bulk copies, mbarriers, wgmma with A in
+// registers):
+//   y[o, t] = bias[o] + sum_k sum_i w_k[o, i] * x[i, t + k*dilation + shift]
+// as a GEMM per tile with the roles of fwd_tma.cu's swapped: M = time (kMI x 64 steps per
+// consumer warpgroup, each warpgroup its own half of the tile), N = 128 output channels,
+// reduced over (input channel, tap) in chunks of 32 channels.
+//
+// Why: fwd_tma.cu reads x as the B operand from shared memory, K-major, which x's layout
+// is not, so shifter warps transpose every raw window into a swizzled tile first (~19 KB
+// of the ~100 KB of shared-memory traffic per tap and block, and a barrier the consumers
+// wait on).  As the A operand in registers, x needs no transpose: the fragment element
+// (time row, channel column) is one 4-byte load from the raw window [channel][time] at the
+// row's time plus the tap's offset, with no alignment to keep, rounded to TF32 in
+// registers.  The weights are the B operand, N = output channels, K-major: the same
+// weight image and one-tap ring as fwd_tma.cu.  Per tap and block (256 steps x 128
+// channels x 32 input channels, 2.1 MFLOP): wgmma's weight reads 64 KB, the fragment
+// loads 32 KB, the weight copy 16 KB, the raw windows ~9 KB: ~120 KB, where fwd_tma.cu
+// moves ~130 KB for the same work.
+//
+// Raw windows: one TMA box per consumer warpgroup (its time half plus the taps' span,
+// which one 256-element box could not hold for the whole tile), rows `window` elements
+// apart with window = 8 (mod 16): the fragment's 32 lanes read time steps g and channels c
+// (lane = 4g + c), words c * window + g, which then fall in 32 distinct banks.
+//
+// Roles: one producer thread issues the copies (raw windows first, then the stage's
+// taps' weights into their slots); warps 1-3 have no work (there is nothing to transpose)
+// and give their registers to the consumers; warpgroups 1-2 issue the MMAs, one commit
+// group per k-step, two in flight: the fragments of k-step j load while group j - 1 runs,
+// into the registers group j - 2 read.  Persistent grid, rings running on across tiles,
+// every role walking the same (tile, stage, tap) sequence as in fwd_tma.cu.  The epilogue
+// stores from the accumulators: a warp's store covers 4 output rows x 32 bytes of time.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "launchers.h"
+#include "scratch.h"
+#include "tc_common.cuh"
+#include "tensor_map.h"
+#include "weight_image.cuh"
+
+namespace causalconv {
+namespace tc {
+namespace {
+
+template <int MI>
+struct FwdRsTraits : WarpRoles<float> {
+  static constexpr int kMI = MI;                             // m64 instructions per warpgroup and k-step
+  static constexpr int kHalf = 64 * kMI;                     // time steps per consumer warpgroup
+  static constexpr int kN = 128;                             // output channels per tile (the image's tiles)
+  static constexpr int kTile = kHalf * WarpRoles<float>::kConsumers;  // time steps per tile
+  static constexpr int kCI = 32;                             // input channels per stage
+  static constexpr int kKSteps = kCI / 8;
+  static constexpr int kTapBytes = kN * 128;                 // one tap of the weight image
+  static constexpr int kMaxTaps = 4;                         // taps per stage
+  static constexpr int kRaw = 2, kMaxSlots = 12;             // ring depths: raw windows, weight taps (at most)
+  static constexpr int kBarrierBytes = 8 * 2 * (kRaw + kMaxSlots);
+  static constexpr int kCopyRegs = 40, kMmaRegs = 232;      // setmaxnreg budgets, as in wgrad_rs.cu
+  static_assert(kCopyRegs * 128 + kMmaRegs * 256 <= 65536, "the register file");
+};
+
+struct FwdRsPlan {
+  const void* w;   // the weight image (128-row output-channel tiles)
+  int n_ot, n_ic;  // output-channel tiles, input-channel chunks (per group)
+  int tpg, ngroups;  // taps per stage, stages per chunk
+  int window;      // raw row pitch (elements): a warpgroup's time half, the taps' span, alignment
+  int half_bytes;  // one warpgroup's raw window
+  int raw_bytes;   // both, a multiple of 1024
+  int slots;       // weight-tap ring depth
+  int64_t n_tt, n_tiles;
+};
+
+template <int MI>
+__global__ void __launch_bounds__(FwdRsTraits<MI>::kThreads, 1)
+    fwd_rs_kernel(const __grid_constant__ CUtensorMap map_x, ConvParams p, FwdRsPlan pl) {
+  using Tr = FwdRsTraits<MI>;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+#if CAUSALCONV_HAS_WGMMA
+  using Mma = wgmma::Mma<wgmma::Tf32, Tr::kN>;
+  const uint32_t raw0 = ptx::smem_addr(smem_raw);
+  const uint32_t base = (raw0 + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
+  const int nslots = pl.slots;
+  // [weight slots][raw windows][barriers]
+  const uint32_t raw_base = base + nslots * Tr::kTapBytes;
+  const uint32_t bars = raw_base + Tr::kRaw * pl.raw_bytes;
+  auto wfull = [&](int w) { return bars + 8u * w; };
+  auto wempty = [&](int w) { return bars + 8u * (nslots + w); };
+  auto rawfull = [&](int r) { return bars + 8u * (2 * nslots + r); };
+  auto rawempty = [&](int r) { return bars + 8u * (2 * nslots + Tr::kRaw + r); };
+  const int S = pl.n_ic * pl.ngroups;  // stages per tile
+
+  const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < nslots; ++w) {
+      ptx::mbar_init(wfull(w), 1);
+      ptx::mbar_init(wempty(w), Tr::kConsumerWarps);
+    }
+    for (int r = 0; r < Tr::kRaw; ++r) {
+      ptx::mbar_init(rawfull(r), 1);
+      ptx::mbar_init(rawempty(r), Tr::kConsumerWarps);
+    }
+    ptx::fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<Tr::kCopyRegs>();
+    if (threadIdx.x != 0) return;
+    // Producer: raw buffer r is reused once both consumers' groups that read it retired,
+    // weight slot w once the MMAs on its tap retired.
+    ptx::tma_prefetch_descriptor(&map_x);
+    Ring wr, rr;
+    for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
+      const int ot = static_cast<int>(tile % pl.n_ot);
+      const int64_t t0 = (tile / pl.n_ot % pl.n_tt) * Tr::kTile, rest = tile / pl.n_ot / pl.n_tt;
+      const int g = static_cast<int>(rest % p.groups), b = static_cast<int>(rest / p.groups);
+      const int64_t w_tile = (static_cast<int64_t>(g) * pl.n_ot + ot) * pl.n_ic;
+      for (int j = 0; j < S; ++j, rr.next(Tr::kRaw)) {
+        const int ic = j / pl.ngroups, k0 = (j - ic * pl.ngroups) * pl.tpg, nt = min(pl.tpg, p.K - k0);
+        ptx::mbar_wait(rawempty(rr.idx), rr.phase ^ 1);
+        const int64_t a0 = floor_div(t0 + static_cast<int64_t>(k0) * p.dilation + p.shift, 4) * 4;
+        const uint32_t dst = raw_base + rr.idx * pl.raw_bytes;
+        ptx::mbar_arrive_expect_tx(rawfull(rr.idx), 2 * pl.half_bytes);
+        for (int h = 0; h < 2; ++h)
+          ptx::tma_load_3d(dst + h * pl.half_bytes, &map_x, static_cast<int>(a0 + h * Tr::kHalf),
+                           g * p.cin_g + ic * Tr::kCI, b, rawfull(rr.idx));
+        const int64_t w_off = ((w_tile + ic) * p.K + k0) * Tr::kTapBytes;
+        for (int kk = 0; kk < nt; ++kk, wr.next(nslots)) {
+          ptx::mbar_wait(wempty(wr.idx), wr.phase ^ 1);
+          ptx::mbar_arrive_expect_tx(wfull(wr.idx), Tr::kTapBytes);
+          ptx::bulk_load(base + wr.idx * Tr::kTapBytes, static_cast<const uint8_t*>(pl.w) + w_off + kk * Tr::kTapBytes,
+                         Tr::kTapBytes, wfull(wr.idx));
+        }
+      }
+    }
+    return;
+  }
+
+  // Consumers: warpgroup c owns time steps kHalf*c .. of the tile and its raw window half.
+  // Lane 4g + cl of warp q holds A rows (time) 64mi + 16q + g and + 8, columns (input
+  // channels) 8ks + cl and + 4: byte offsets from the half's start below.
+  ptx::setmaxnreg_inc<Tr::kMmaRegs>();
+  const int c = wg - 1, q = warp & 3, gl = lane >> 2, cl = lane & 3;
+  const uint32_t lane_off = static_cast<uint32_t>(cl * pl.window + 16 * q + gl) * 4u + c * pl.half_bytes;
+  const uint32_t ch4 = static_cast<uint32_t>(4 * pl.window) * 4u;  // columns + 4: 4 channels on
+  float acc[Tr::kMI][Tr::kN / 2];
+  uint32_t frag[2][Tr::kMI][4];  // k-steps j and j - 1 (or j - 2, retired)
+  Ring wr, rr;
+  int prev_w = -1, prev_r = -1;  // in flight: the previous k-step's weight slot; a raw buffer it ended
+  for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
+    const int ot = static_cast<int>(tile % pl.n_ot);
+    const int64_t t0 = (tile / pl.n_ot % pl.n_tt) * Tr::kTile, rest = tile / pl.n_ot / pl.n_tt;
+    const int g = static_cast<int>(rest % p.groups);
+    const int64_t b = rest / p.groups;
+#pragma unroll
+    for (int mi = 0; mi < Tr::kMI; ++mi) {
+#pragma unroll
+      for (int i = 0; i < Tr::kN / 2; ++i) acc[mi][i] = 0.f;
+    }
+    for (int j = 0; j < S; ++j, rr.next(Tr::kRaw)) {
+      const int ic = j / pl.ngroups, k0 = (j - ic * pl.ngroups) * pl.tpg, nt = min(pl.tpg, p.K - k0);
+      const int64_t ws0 = t0 + static_cast<int64_t>(k0) * p.dilation + p.shift;
+      const int off = static_cast<int>(ws0 - floor_div(ws0, 4) * 4);
+      const uint32_t xw = raw_base + rr.idx * pl.raw_bytes + lane_off + off * 4;
+      ptx::mbar_wait(rawfull(rr.idx), rr.phase);
+      for (int kk = 0; kk < nt; ++kk, wr.next(nslots)) {
+        ptx::mbar_wait(wfull(wr.idx), wr.phase);
+        const uint64_t db = ptx::desc_kmajor_sw128(base + wr.idx * Tr::kTapBytes);
+        const uint32_t xt = xw + static_cast<uint32_t>(kk * p.dilation) * 4u;
+#pragma unroll
+        for (int ks = 0; ks < Tr::kKSteps; ++ks) {
+          uint32_t(&a)[Tr::kMI][4] = frag[ks & 1];
+#pragma unroll
+          for (int mi = 0; mi < Tr::kMI; ++mi) {
+            const uint32_t at = xt + ks * 2 * ch4 + mi * 256;  // 8 channels per k-step, 64 steps per instruction
+            a[mi][0] = f32_bits(round_tf32(__uint_as_float(ptx::ld_shared_b32(at))));
+            a[mi][1] = f32_bits(round_tf32(__uint_as_float(ptx::ld_shared_b32(at + 32))));  // time + 8
+            a[mi][2] = f32_bits(round_tf32(__uint_as_float(ptx::ld_shared_b32(at + ch4))));
+            a[mi][3] = f32_bits(round_tf32(__uint_as_float(ptx::ld_shared_b32(at + ch4 + 32))));
+          }
+          ptx::wgmma_fence();  // the fragments were written by ordinary instructions
+#pragma unroll
+          for (int mi = 0; mi < Tr::kMI; ++mi) Mma::run(acc[mi], a[mi], db + 2 * ks);  // 32 bytes of each weight row
+          ptx::wgmma_commit();
+          ptx::wgmma_wait<1>();  // group j - 1 has retired: its fragments, slot and window are free
+          if (ks == 0 && lane == 0) {
+            if (prev_w >= 0) ptx::mbar_arrive(wempty(prev_w));
+            if (prev_r >= 0) ptx::mbar_arrive(rawempty(prev_r));
+          }
+          if (ks == 0) prev_r = -1;
+        }
+        prev_w = wr.idx;
+      }
+      prev_r = rr.idx;
+    }
+    ptx::wgmma_wait<0>();
+    if (lane == 0) {
+      ptx::mbar_arrive(wempty(prev_w));
+      ptx::mbar_arrive(rawempty(prev_r));
+    }
+    prev_w = prev_r = -1;
+
+    // acc[mi][4jj + e]: time kHalf*c + 64mi + 16q + g (+8 for e >= 2), output channel
+    // 8jj + 2cl + (e & 1) of the tile.
+    float* y = static_cast<float*>(p.y) + b * p.sy_b + static_cast<int64_t>(g * p.cout_g) * p.sy_c;
+#pragma unroll
+    for (int jj = 0; jj < Tr::kN / 8; ++jj) {
+#pragma unroll
+      for (int e1 = 0; e1 < 2; ++e1) {
+        const int o = ot * Tr::kN + 8 * jj + 2 * cl + e1;
+        if (o >= p.cout_g) continue;
+        const float bias = p.bias ? static_cast<const float*>(p.bias)[g * p.cout_g + o] : 0.f;
+        float* row = y + o * p.sy_c;
+#pragma unroll
+        for (int mi = 0; mi < Tr::kMI; ++mi) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int64_t t = t0 + Tr::kHalf * c + 64 * mi + 16 * q + gl + 8 * h;
+            if (t < p.L) row[t] = acc[mi][4 * jj + 2 * h + e1] + bias;
+          }
+        }
+      }
+    }
+  }
+#else
+  __trap();  // dispatch only picks this kernel for sm_90a binaries
+#endif
+}
+
+// Tiles of time tile `tile`: 128-channel output tiles x time tiles x groups x batch.
+int64_t rs_tile_count(const ConvParams& p, int tile) {
+  return ceil_div(p.cout_g, 128) * ceil_div(p.L, tile) * p.groups * p.B;
+}
+
+template <int MI>
+FwdRsPlan make_plan(const ConvParams& p, int smem_limit) {
+  using Tr = FwdRsTraits<MI>;
+  FwdRsPlan pl{};
+  pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kN));
+  pl.n_ic = static_cast<int>(ceil_div(p.cin_g, Tr::kCI));
+  pl.n_tt = ceil_div(p.L, Tr::kTile);
+  pl.n_tiles = rs_tile_count(p, Tr::kTile);
+  const int avail = smem_limit - 1024 - Tr::kBarrierBytes;
+  for (int tpg = std::min(p.K, Tr::kMaxTaps); tpg >= 1; --tpg) {
+    // The half plus the taps' span from a 16-byte-aligned start, rounded up to 8 (mod 16).
+    const int64_t span = 3 + static_cast<int64_t>(tpg - 1) * p.dilation + Tr::kHalf;
+    const int64_t window = ceil_div(span - 8, 16) * 16 + 8;
+    if (window > 256) continue;  // the TMA box limit: wide spans take fewer taps per stage
+    const int half = static_cast<int>(Tr::kCI * window * 4);
+    const int raw = static_cast<int>(ceil_div(2 * half, 1024) * 1024);
+    const int slots = std::min(Tr::kMaxSlots, (avail - Tr::kRaw * raw) / Tr::kTapBytes);
+    if (slots < 2) continue;  // one tap retiring while the next runs
+    pl.tpg = tpg;
+    pl.window = static_cast<int>(window);
+    pl.half_bytes = half;
+    pl.raw_bytes = raw;
+    pl.slots = slots;
+    break;
+  }
+  pl.ngroups = pl.tpg ? static_cast<int>(ceil_div(p.K, pl.tpg)) : 0;
+  return pl;
+}
+
+template <int MI>
+void launch(const ConvParams& p, int sms, cudaStream_t stream) {
+  using Tr = FwdRsTraits<MI>;
+  const int smem_limit = max_smem_optin();
+  FwdRsPlan pl = make_plan<MI>(p, smem_limit);
+  TORCH_CHECK(pl.slots >= 2, "causalconv: no register-A forward pipeline fits dilation ", p.dilation);
+  TORCH_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
+              "causalconv: problem too large for 32-bit TMA coordinates");
+  const size_t smem =
+      static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(Tr::kRaw) * pl.raw_bytes + Tr::kBarrierBytes + 1024;
+
+  // The TF32-rounded image lives in this stream's scratch buffer, leased until the kernel
+  // is enqueued.
+  ScratchLease scratch(static_cast<size_t>(weight_image_elems<float, Tr::kN>(p)) * sizeof(float), stream);
+  float* image = static_cast<float*>(scratch.data());
+  write_weight_image<float, Precision::kTF32, Tr::kN>(p, image, nullptr, stream);
+  pl.w = image;
+
+  const CUtensorMap map_x = make_bcl_tensor_map(p.x, at::kFloat, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
+  const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
+  auto kernel = fwd_rs_kernel<MI>;
+  allow_max_smem<Tr>(kernel);  // one instantiation per traits type
+  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, smem, stream>>>(map_x, p, pl);
+  CAUSALCONV_CHECK_LAUNCH("conv_fwd_rs");
+}
+
+}  // namespace
+}  // namespace tc
+
+bool fwd_rs_supports(const ConvParams& p, at::ScalarType dtype) {
+  return dtype == at::kFloat && p.precision == Precision::kTF32 && fwd_tma_supports(p, dtype);
+}
+
+// Time tile: the fewest tile rounds over the multiprocessors, weighted by the tile's
+// length plus a fixed per-tile cost, as fwd_tma.cu picks; 256 steps (two instructions per
+// warpgroup and k-step) or 128.
+void launch_fwd_rs(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream) {
+  TORCH_CHECK(fwd_rs_supports(p, dtype), "causalconv: the register-A TMA forward is for TF32 float32 only");
+  const int64_t cost256 = ceil_div(tc::rs_tile_count(p, 256), sms) * (256 + 32);
+  const int64_t cost128 = ceil_div(tc::rs_tile_count(p, 128), sms) * (128 + 32);
+  if (cost256 <= cost128) tc::launch<2>(p, sms, stream);
+  else tc::launch<1>(p, sms, stream);
+}
+
+}  // namespace causalconv
