@@ -10,6 +10,8 @@ Environment:
   CAUSALCONV_VERBOSE_BUILD=1    show the compiler output
   CAUSALCONV_CUDA_ARCH=9.0a,8.0 build for these targets instead of the visible GPUs
   MAX_JOBS=N                    parallel compile jobs (read by torch's ninja builder)
+  CAUSALCONV_FRAGMENT_DEPTH=4   k-steps of fragments the raw-window kernels (forced 'wgmma-window')
+                                keep in flight, 2 by default: a tuning experiment, read per call
 """
 
 from __future__ import annotations

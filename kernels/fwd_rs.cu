@@ -26,8 +26,8 @@
 // Roles: one producer thread issues the copies (raw windows first, then the stage's
 // taps' weights into their slots); warps 1-3 have no work (there is nothing to transpose)
 // and give their registers to the consumers; warpgroups 1-2 issue the MMAs, one commit
-// group per k-step, two in flight: the fragments of k-step j load while group j - 1 runs,
-// into the registers group j - 2 read.  Persistent grid, rings running on across tiles,
+// group per k-step, kBufs in flight (fragment_depth()): the fragments of k-step j load
+// while groups j - kBufs + 1 .. j - 1 run, into the registers group j - kBufs read.  Persistent grid, rings running on across tiles,
 // every role walking the same (tile, stage, tap) sequence as in fwd_tma.cu.  The epilogue
 // stores from the accumulators: a warp's store covers 4 output rows x 32 bytes of time.
 #include <ATen/ATen.h>
@@ -44,9 +44,10 @@ namespace causalconv {
 namespace tc {
 namespace {
 
-template <int MI>
+template <int MI, int Bufs>
 struct FwdRsTraits : WarpRoles<float> {
   static constexpr int kMI = MI;                             // m64 instructions per warpgroup and k-step
+  static constexpr int kBufs = Bufs;                         // k-steps of fragments in flight
   static constexpr int kHalf = 64 * kMI;                     // time steps per consumer warpgroup
   static constexpr int kN = 128;                             // output channels per tile (the image's tiles)
   static constexpr int kTile = kHalf * WarpRoles<float>::kConsumers;  // time steps per tile
@@ -58,6 +59,7 @@ struct FwdRsTraits : WarpRoles<float> {
   static constexpr int kBarrierBytes = 8 * 2 * (kRaw + kMaxSlots);
   static constexpr int kCopyRegs = 40, kMmaRegs = 232;      // setmaxnreg budgets, as in wgrad_rs.cu
   static_assert(kCopyRegs * 128 + kMmaRegs * 256 <= 65536, "the register file");
+  static_assert(kKSteps % kBufs == 0, "a k-step's fragment buffer is its index mod kBufs in every tap");
 };
 
 struct FwdRsPlan {
@@ -71,10 +73,10 @@ struct FwdRsPlan {
   int64_t n_tt, n_tiles;
 };
 
-template <int MI>
-__global__ void __launch_bounds__(FwdRsTraits<MI>::kThreads, 1)
+template <int MI, int Bufs>
+__global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
     fwd_rs_kernel(const __grid_constant__ CUtensorMap map_x, ConvParams p, FwdRsPlan pl) {
-  using Tr = FwdRsTraits<MI>;
+  using Tr = FwdRsTraits<MI, Bufs>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
 #if CAUSALCONV_HAS_WGMMA
   using Mma = wgmma::Mma<wgmma::Tf32, Tr::kN>;
@@ -145,9 +147,9 @@ __global__ void __launch_bounds__(FwdRsTraits<MI>::kThreads, 1)
   const uint32_t lane_off = static_cast<uint32_t>(cl * pl.window + 16 * q + gl) * 4u + c * pl.half_bytes;
   const uint32_t ch4 = static_cast<uint32_t>(4 * pl.window) * 4u;  // columns + 4: 4 channels on
   float acc[Tr::kMI][Tr::kN / 2];
-  uint32_t frag[2][Tr::kMI][4];  // k-steps j and j - 1 (or j - 2, retired)
+  uint32_t frag[Tr::kBufs][Tr::kMI][4];  // k-step j's in frag[j % kBufs]
   Ring wr, rr;
-  int prev_w = -1, prev_r = -1;  // in flight: the previous k-step's weight slot; a raw buffer it ended
+  int prev_w = -1, prev_r = -1;  // in flight: the previous tap's weight slot; the raw buffer of the stage it ended
   for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
     const int ot = static_cast<int>(tile % pl.n_ot);
     const int64_t t0 = (tile / pl.n_ot % pl.n_tt) * Tr::kTile, rest = tile / pl.n_ot / pl.n_tt;
@@ -170,7 +172,7 @@ __global__ void __launch_bounds__(FwdRsTraits<MI>::kThreads, 1)
         const uint32_t xt = xw + static_cast<uint32_t>(kk * p.dilation) * 4u;
 #pragma unroll
         for (int ks = 0; ks < Tr::kKSteps; ++ks) {
-          uint32_t(&a)[Tr::kMI][4] = frag[ks & 1];
+          uint32_t(&a)[Tr::kMI][4] = frag[ks % Tr::kBufs];
 #pragma unroll
           for (int mi = 0; mi < Tr::kMI; ++mi) {
             const uint32_t at = xt + ks * 2 * ch4 + mi * 256;  // 8 channels per k-step, 64 steps per instruction
@@ -183,12 +185,12 @@ __global__ void __launch_bounds__(FwdRsTraits<MI>::kThreads, 1)
 #pragma unroll
           for (int mi = 0; mi < Tr::kMI; ++mi) Mma::run(acc[mi], a[mi], db + 2 * ks);  // 32 bytes of each weight row
           ptx::wgmma_commit();
-          ptx::wgmma_wait<1>();  // group j - 1 has retired: its fragments, slot and window are free
-          if (ks == 0 && lane == 0) {
-            if (prev_w >= 0) ptx::mbar_arrive(wempty(prev_w));
-            if (prev_r >= 0) ptx::mbar_arrive(rawempty(prev_r));
+          ptx::wgmma_wait<Tr::kBufs - 1>();  // group j - kBufs + 1 has retired: its fragments are free
+          if (ks == Tr::kBufs - 2) {  // that group was the previous tap's last: its slot and window are free
+            if (lane == 0 && prev_w >= 0) ptx::mbar_arrive(wempty(prev_w));
+            if (lane == 0 && prev_r >= 0) ptx::mbar_arrive(rawempty(prev_r));
+            prev_r = -1;
           }
-          if (ks == 0) prev_r = -1;
         }
         prev_w = wr.idx;
       }
@@ -235,7 +237,7 @@ int64_t rs_tile_count(const ConvParams& p, int tile) {
 
 template <int MI>
 FwdRsPlan make_plan(const ConvParams& p, int smem_limit) {
-  using Tr = FwdRsTraits<MI>;
+  using Tr = FwdRsTraits<MI, 2>;  // the plan does not depend on the fragment depth
   FwdRsPlan pl{};
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kN));
   pl.n_ic = static_cast<int>(ceil_div(p.cin_g, Tr::kCI));
@@ -262,9 +264,9 @@ FwdRsPlan make_plan(const ConvParams& p, int smem_limit) {
   return pl;
 }
 
-template <int MI>
+template <int MI, int Bufs>
 void launch(const ConvParams& p, int sms, cudaStream_t stream) {
-  using Tr = FwdRsTraits<MI>;
+  using Tr = FwdRsTraits<MI, Bufs>;
   const int smem_limit = max_smem_optin();
   FwdRsPlan pl = make_plan<MI>(p, smem_limit);
   TORCH_CHECK(pl.slots >= 2, "causalconv: no register-A forward pipeline fits dilation ", p.dilation);
@@ -282,7 +284,7 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
 
   const CUtensorMap map_x = make_bcl_tensor_map(p.x, at::kFloat, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
   const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
-  auto kernel = fwd_rs_kernel<MI>;
+  auto kernel = fwd_rs_kernel<MI, Bufs>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, smem, stream>>>(map_x, p, pl);
   CAUSALCONV_CHECK_LAUNCH("conv_fwd_rs");
@@ -302,8 +304,9 @@ void launch_fwd_rs(const ConvParams& p, at::ScalarType dtype, int sms, cudaStrea
   TORCH_CHECK(fwd_rs_supports(p, dtype), "causalconv: the register-A TMA forward is for TF32 float32 only");
   const int64_t cost256 = ceil_div(tc::rs_tile_count(p, 256), sms) * (256 + 32);
   const int64_t cost128 = ceil_div(tc::rs_tile_count(p, 128), sms) * (128 + 32);
-  if (cost256 <= cost128) tc::launch<2>(p, sms, stream);
-  else tc::launch<1>(p, sms, stream);
+  const bool deep = tc::fragment_depth() == 4;
+  if (cost256 <= cost128) deep ? tc::launch<2, 4>(p, sms, stream) : tc::launch<2, 2>(p, sms, stream);
+  else deep ? tc::launch<1, 4>(p, sms, stream) : tc::launch<1, 2>(p, sms, stream);
 }
 
 }  // namespace causalconv

@@ -2,6 +2,7 @@
 // traits, the 128-byte swizzle, A-fragment loads from staged x tiles, and the 16-bit
 // transpose of a raw x window into time-major tile rows.
 #pragma once
+#include <cstdlib>
 #include <type_traits>
 
 #include "common.cuh"
@@ -199,6 +200,18 @@ void allow_max_smem(Kernel kernel) {
     CAUSALCONV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     configured[dev] = 1;
   }
+}
+
+// k-steps of A fragments a raw-window consumer (fwd_rs.cu, wgrad_rs.cu) keeps loaded: 2
+// (the default: group j - 1 runs while j's fragments load) or 4 (three groups in flight,
+// 16 more registers per instruction row), from CAUSALCONV_FRAGMENT_DEPTH; a knob for
+// measuring whether the consumers wait on their fragment loads.
+inline int fragment_depth() {
+  const char* v = std::getenv("CAUSALCONV_FRAGMENT_DEPTH");
+  if (v == nullptr || *v == '\0') return 2;
+  const int d = std::atoi(v);
+  TORCH_CHECK(d == 2 || d == 4, "causalconv: CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4, got '", v, "'");
+  return d;
 }
 
 inline int max_smem_optin() {

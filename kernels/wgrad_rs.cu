@@ -27,8 +27,9 @@
 //
 // Warp roles as in wgrad_tc.cu: one producer thread, warps 1-3 of warpgroup 0 round dy,
 // warpgroups 1-2 issue the MMAs (rows 64 * kMI * c .. of the block's kRows).  A consumer
-// commits one group per k-step and keeps two in flight: the fragments of k-step j are
-// loaded while group j - 1 runs, into the registers group j - 2 read (retired by then).
+// commits one group per k-step and keeps kBufs in flight: the fragments of k-step j are
+// loaded while groups j - kBufs + 1 .. j - 1 run, into the registers group j - kBufs read
+// (retired by then).
 // Partial sums go to the split's workspace slice; wgrad_reduce.cu adds the slices in a
 // fixed order.
 #include <ATen/ATen.h>
@@ -45,15 +46,16 @@ namespace tc {
 namespace {
 
 // kMI m64 instructions per consumer warpgroup and k-step (each its own 64 rows of A, all
-// sharing the dy tile), kN output channels.  kMI * kN / 2 accumulators per thread.
-template <int MI, int N>
+// sharing the dy tile), kN output channels (kMI * kN / 2 accumulators per thread), kBufs
+// k-steps of fragments (fragment_depth()).
+template <int MI, int N, int Bufs>
 struct RsShape {
-  static constexpr int kMI = MI, kN = N;
+  static constexpr int kMI = MI, kN = N, kBufs = Bufs;
 };
 
 template <class Shape>
 struct RsTraits : WarpRoles<float> {
-  static constexpr int kMI = Shape::kMI, kN = Shape::kN;
+  static constexpr int kMI = Shape::kMI, kN = Shape::kN, kBufs = Shape::kBufs;
   static constexpr int kRows = 64 * kMI * WarpRoles<float>::kConsumers;  // (tap, channel) rows per block
   static constexpr int kCT = 32;                                          // reduction steps per stage
   static constexpr int kKSteps = kCT / 8;
@@ -61,11 +63,12 @@ struct RsTraits : WarpRoles<float> {
   static constexpr int kMaxSlots = 8;
   static constexpr int kBarrierBytes = 8 * 3 * kMaxSlots;
   // Registers per thread: the copy warpgroup gives back what the consumers' 128
-  // accumulators and two k-steps of fragments need beyond the 168 of a 384-thread block
+  // accumulators and kBufs k-steps of fragments need beyond the 168 of a 384-thread block
   // (at 168 ptxas serialized the MMAs for want of registers).
   static constexpr int kCopyRegs = 40, kMmaRegs = 232;
   static_assert(kCopyRegs * 128 + kMmaRegs * 256 <= 65536, "the register file");
   static_assert(kMI * kN <= 256, "at most 128 accumulators per thread");
+  static_assert(kKSteps % kBufs == 0, "a k-step's fragment buffer is its index mod kBufs in every stage");
 };
 
 struct RsPlan {
@@ -173,7 +176,7 @@ __global__ void __launch_bounds__(RsTraits<Shape>::kThreads, 1)
 #pragma unroll
     for (int j = 0; j < Tr::kN / 2; ++j) acc[mi][j] = 0.f;
   }
-  uint32_t frag[2][Tr::kMI][4];  // k-steps j and j - 1 (or j - 2, retired)
+  uint32_t frag[Tr::kBufs][Tr::kMI][4];  // k-step j's in frag[j % kBufs]
   Ring sr;
   int prev_sl = -1;  // the previous stage's slot, released when its last group retired
   for (int s = 0; s < S; ++s, sr.next(nsl)) {
@@ -186,7 +189,7 @@ __global__ void __launch_bounds__(RsTraits<Shape>::kThreads, 1)
     const uint64_t db = ptx::desc_kmajor_sw128(slot);
 #pragma unroll
     for (int ks = 0; ks < Tr::kKSteps; ++ks) {
-      uint32_t(&a)[Tr::kMI][4] = frag[ks & 1];
+      uint32_t(&a)[Tr::kMI][4] = frag[ks % Tr::kBufs];
 #pragma unroll
       for (int mi = 0; mi < Tr::kMI; ++mi) {
         const uint32_t at = window + row_off[mi] + ks * 32;
@@ -203,8 +206,9 @@ __global__ void __launch_bounds__(RsTraits<Shape>::kThreads, 1)
 #pragma unroll
       for (int mi = 0; mi < Tr::kMI; ++mi) Mma::run(acc[mi], a[mi], db + 2 * ks);  // 32 bytes of each dy row
       ptx::wgmma_commit();
-      ptx::wgmma_wait<1>();  // group j - 1 has retired: its fragments may be overwritten
-      if (ks == 0 && prev_sl >= 0 && lane == 0) ptx::mbar_arrive(slot_free(prev_sl));  // j - 1 ended stage s - 1
+      ptx::wgmma_wait<Tr::kBufs - 1>();  // group j - kBufs + 1 has retired: its fragments may be overwritten
+      // at ks = kBufs - 2 that group ended stage s - 1
+      if (ks == Tr::kBufs - 2 && prev_sl >= 0 && lane == 0) ptx::mbar_arrive(slot_free(prev_sl));
     }
     prev_sl = sr.idx;
   }
@@ -286,19 +290,22 @@ RsPlan make_plan(const WgradParams& p, int sm_count) {
 // and kMI the (tap, channel) rows: two 64-row instructions per warpgroup unless one covers
 // them all.
 struct RsChoice {
-  int mi, n;
+  int mi, n, bufs;
 };
 RsChoice choose_shape(const WgradParams& p) {
   const int n = ceil_div(p.cout_g, 128) * 128 <= ceil_div(p.cout_g, 64) * 64 ? 128 : 64;
   const int mi = static_cast<int64_t>(p.K) * p.cin_g > 128 ? 2 : 1;
-  return {mi, n};
+  return {mi, n, fragment_depth()};
 }
 
 // The one place a run-time shape becomes a kernel template.
+// (Four fragment buffers only with two instructions per k-step: with one, ptxas serializes
+// the MMAs, C7513, having given two buffers the same registers.)
 template <typename F>
 auto with_shape(const RsChoice& s, F&& f) {
-  if (s.mi == 1) return s.n == 64 ? f(RsShape<1, 64>{}) : f(RsShape<1, 128>{});
-  return s.n == 64 ? f(RsShape<2, 64>{}) : f(RsShape<2, 128>{});
+  if (s.mi == 1) return s.n == 64 ? f(RsShape<1, 64, 2>{}) : f(RsShape<1, 128, 2>{});
+  if (s.bufs == 4) return s.n == 64 ? f(RsShape<2, 64, 4>{}) : f(RsShape<2, 128, 4>{});
+  return s.n == 64 ? f(RsShape<2, 64, 2>{}) : f(RsShape<2, 128, 2>{});
 }
 
 template <class Shape>

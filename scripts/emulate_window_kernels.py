@@ -3,7 +3,7 @@ replayed with numpy on the CPU and compared with direct sums: their plans (taps 
 channels, window pitch), TMA boxes with zero fill, each lane's fragment addresses as the
 kernels compute them, and the epilogues' output indices.  Not the PTX: fragment layouts,
 descriptors and synchronization only a GPU run checks.  Mirrors the plan code by hand, so
-update it with the kernels.
+update it with the kernels.  Needs numpy (not a dependency of the package).
     python scripts/emulate_window_kernels.py"""
 
 import numpy as np

@@ -123,6 +123,30 @@ def test_weight_gradient_of_unaligned_tensors(dtype):
     assert_close(dw, exact, dtype, precision, "dw", label="unaligned")
 
 
+@pytest.mark.parametrize("depth", ["2", "4"])
+def test_raw_window_kernels_at_each_fragment_depth(depth, monkeypatch):
+    """CAUSALCONV_FRAGMENT_DEPTH sets how many k-steps of fragments the raw-window kernels
+    keep in flight; the input gradient runs their forward, the weight gradient their own."""
+    if not ext().has_wgmma():
+        pytest.skip("wgmma needs an sm_90 GPU")
+    monkeypatch.setenv("CAUSALCONV_FRAGMENT_DEPTH", depth)
+    with forced_kernel("wgmma-window"):
+        for c_in, c_out, k, dilation, length in ((256, 256, 4, 1, 4096), (96, 160, 5, 3, 1000), (64, 64, 2, 512, 512),
+                                                 (40, 72, 7, 40, 264)):
+            _check(c_in, c_out, 1, k, dilation, length, torch.float32, "tf32", True, "contiguous", length,
+                   f"wgmma-window depth {depth} {c_in}->{c_out} K={k} d={dilation} L={length}")
+
+
+def test_fragment_depth_must_be_2_or_4(monkeypatch):
+    if not ext().has_wgmma():
+        pytest.skip("wgmma needs an sm_90 GPU")
+    monkeypatch.setenv("CAUSALCONV_FRAGMENT_DEPTH", "3")
+    x = torch.randn(1, 64, 256, device=DEV)
+    w = torch.randn(64, 64, 3, device=DEV)
+    with forced_kernel("wgmma-window"), pytest.raises(RuntimeError, match="CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4"):
+        causal_conv1d(x, w, precision="tf32")
+
+
 @pytest.mark.parametrize("kernel", ["auto", "generic", "wgmma-window"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_weight_gradient_is_deterministic(kernel, dtype):
