@@ -66,7 +66,7 @@ struct FwdTmaTraits : WarpRoles<T> {
   // transpose this one (with one, load and transpose ran in series: fp32 0.584 -> 0.530 ms
   // with two on the default problem, no gain from three); weight taps, at most.
   static constexpr int kTiles = 2, kRaw = 2, kMaxSlots = 12;
-  static constexpr int kBarrierBytes = 8 * 2 * (kTiles + kRaw + kMaxSlots);
+  static constexpr int kBarrierBytes = 8 * (2 * (kTiles + kRaw + kMaxSlots) + 1);  // + the skew barrier
   // Epilogue staging for the 16-bit types, 1 KB per consumer warp: 16 output channels x
   // 64 bytes of time.  fp32 stores straight from the accumulators: a lane's pair of
   // elements is 8 bytes, four lanes fill one 32-byte sector, so its direct stores waste
@@ -98,6 +98,7 @@ struct FwdTmaPlan {
   int raw_bytes;     // one raw window
   int slots, nraw;   // ring depths: weight taps, raw windows (x tiles: kTiles)
   bool tma_store;    // 16-bit epilogue through TMA stores (map_y)
+  int skew;          // taps consumer warpgroup 1 issues before warpgroup 2 starts (below)
   int64_t n_tt, n_tiles;
 };
 
@@ -319,6 +320,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
   auto xempty = [&](int x) { return bars + 8u * (2 * nslots + Tr::kTiles + x); };
   auto rawfull = [&](int r) { return bars + 8u * (2 * nslots + 2 * Tr::kTiles + r); };
   auto rawempty = [&](int r) { return bars + 8u * (2 * nslots + 2 * Tr::kTiles + nraw + r); };
+  const uint32_t skew_bar = bars + 8u * (2 * nslots + 2 * Tr::kTiles + 2 * nraw);
   const int S = pl.n_ic * pl.ngroups;  // x stages per tile
 
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -335,6 +337,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
       ptx::mbar_init(rawfull(r), 1);
       ptx::mbar_init(rawempty(r), Tr::kShifters);
     }
+    ptx::mbar_init(skew_bar, 4);  // warpgroup 1's warps
     ptx::fence_mbar_init();
   }
   __syncthreads();
@@ -411,6 +414,13 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
   float acc[N / 2], part[N / 2];  // part: unused without the split
   float(&chain)[N / 2] = Tr::kSplit ? part : acc;
   uint32_t stores = 0;  // the warp's TMA stores of y so far
+  // Skew: in lockstep both warpgroups reach a tile's end together and the tensor cores idle
+  // through their epilogues.  With warpgroup 2 started pl.skew taps behind, each one's
+  // epilogue overlaps the other's MMAs, which then run alone at the full rate; the rings
+  // keep the distance bounded (the host keeps skew within the weight slots and x tiles
+  // one warpgroup may hold alone).
+  int skew_left = c == 0 ? pl.skew : 0;
+  if (c == 1 && pl.skew > 0) ptx::mbar_wait(skew_bar, 0);
   Ring wr, xr;
   for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
     const TileCoord tc = decode_tile(tile, pl, p.groups, N);
@@ -434,6 +444,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
         }
         prev_w = wr.idx;
         done_x = -1;
+        if (skew_left > 0 && --skew_left == 0 && lane == 0) ptx::mbar_arrive(skew_bar);
       }
       done_x = xr.idx;
       if constexpr (Tr::kSplit) {
@@ -556,6 +567,13 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   CUtensorMap map_y{};
   if (pl.tma_store)
     map_y = make_bcl_tensor_map(p.y, dtype, p.B, p.C_out, p.L, p.sy_b, p.sy_c, Tr::kStageRowBytes / sizeof(T), 16, true);
+  // At most what warpgroup 1 can issue before warpgroup 2 releases anything: the weight
+  // slots, and the taps of the first kTiles stages (x tiles), which are within the first
+  // tile (every block has at least one).
+  int first_taps = 0;
+  for (int j = 0; j < std::min(Tr::kTiles, pl.n_ic * pl.ngroups); ++j)
+    first_taps += std::min(pl.tpg, p.K - (j % pl.ngroups) * pl.tpg);
+  pl.skew = std::min({consumer_skew(), pl.slots, first_taps});
   const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
   auto kernel = fwd_tma_kernel<T, N, kSplit>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type

@@ -214,6 +214,17 @@ inline int fragment_depth() {
   return d;
 }
 
+// Taps the TMA forward's consumer warpgroup 1 runs ahead of warpgroup 2 (fwd_tma.cu), from
+// CAUSALCONV_CONSUMER_SKEW, 0 (lockstep) by default: a knob for measuring whether
+// overlapping one warpgroup's epilogue with the other's MMAs pays.
+inline int consumer_skew() {
+  const char* v = std::getenv("CAUSALCONV_CONSUMER_SKEW");
+  if (v == nullptr || *v == '\0') return 0;
+  const int s = std::atoi(v);
+  TORCH_CHECK(s >= 0 && s <= 64, "causalconv: CAUSALCONV_CONSUMER_SKEW must be 0 to 64 taps, got '", v, "'");
+  return s;
+}
+
 inline int max_smem_optin() {
   int dev = 0, optin = 0;
   CAUSALCONV_CUDA_CHECK(cudaGetDevice(&dev));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU, in one device call: environment, JIT build, the test
 # suite, compute-sanitizer, the benchmark.  Logs and JSON go to $OUT.
-#   STEPS="env build tests sanitize bench" PYTEST_ARGS="..." BENCH_ARGS="..." scripts/device_check.sh
+#   STEPS="env build tests sanitize bench" PYTEST_ARGS="..." PYTEST_K="..." BENCH_ARGS="..." scripts/device_check.sh
+# (PYTEST_ARGS is split on spaces; PYTEST_K is pytest's -k expression, passed whole.)
 # Each step is cut off after STEP_TIMEOUT seconds (default 900), so a hang cannot take the
 # rest of the run with it.
 set -uo pipefail
@@ -44,7 +45,7 @@ for step in $STEPS; do
       run build env CAUSALCONV_VERBOSE_BUILD=1 $PY -c "from causalconv import _build; m = _build.load(); print('wgmma:', m.has_wgmma())"
       [ "${status[build]}" = 0 ] || { grep -m 20 "error" "$LOGS/build.log"; exit 1; } ;;
     verify) run verify $PY -m causalconv --json "$OUT/verify.json" ;;
-    tests) run tests $PY -m pytest -q -rs ${PYTEST_ARGS:-tests} ;;
+    tests) run tests $PY -m pytest -q -rs ${PYTEST_K:+-k "$PYTEST_K"} ${PYTEST_ARGS:-tests} ;;
     sanitize)
       run memcheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 $PY scripts/sanitize.py
       run racecheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 SANITIZE_KERNELS=${RACECHECK_KERNELS:-} compute-sanitizer --tool racecheck --error-exitcode 1 $PY scripts/sanitize.py ;;

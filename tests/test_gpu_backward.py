@@ -137,16 +137,6 @@ def test_raw_window_kernels_at_each_fragment_depth(depth, monkeypatch):
                    f"wgmma-window depth {depth} {c_in}->{c_out} K={k} d={dilation} L={length}")
 
 
-def test_fragment_depth_must_be_2_or_4(monkeypatch):
-    if not ext().has_wgmma():
-        pytest.skip("wgmma needs an sm_90 GPU")
-    monkeypatch.setenv("CAUSALCONV_FRAGMENT_DEPTH", "3")
-    x = torch.randn(1, 64, 256, device=DEV)
-    w = torch.randn(64, 64, 3, device=DEV)
-    with forced_kernel("wgmma-window"), pytest.raises(RuntimeError, match="CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4"):
-        causal_conv1d(x, w, precision="tf32")
-
-
 @pytest.mark.parametrize("kernel", ["auto", "generic", "wgmma-window"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_weight_gradient_is_deterministic(kernel, dtype):

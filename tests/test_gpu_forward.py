@@ -85,6 +85,38 @@ def test_tensor_core_kernels_grid(kernel, dtype, precision, k, groups):
                                f"{kernel} K={k} d={dilation} g={groups} bias={bias} L={length} {layout}")
 
 
+@pytest.mark.parametrize("skew", ["1", "4", "7", "64"])
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+def test_tma_forward_with_skewed_consumers(skew, dtype, precision, monkeypatch):
+    """CAUSALCONV_CONSUMER_SKEW starts the second consumer warpgroup that many taps late (the
+    host caps it at what the first can issue alone): same results, no deadlock, including
+    stages of fewer taps (K = 5, 7) and several tiles per block."""
+    if not ext().has_wgmma():
+        pytest.skip("the TMA forward needs an sm_90 GPU")
+    monkeypatch.setenv("CAUSALCONV_CONSUMER_SKEW", skew)
+    seed = 2000
+    with forced_kernel("wgmma"):
+        for c_in, c_out, k, dilation, length in ((256, 256, 4, 1, 8192), (96, 160, 5, 3, 1000), (64, 64, 7, 2, 4096),
+                                                 (32, 48, 1, 1, 264), (64, 64, 2, 512, 2048)):
+            seed += 1
+            x = make_x((4, c_in, length), dtype, DEV, "contiguous", seed)
+            w, b = _weights(c_out, c_in, k, dtype, True, seed)
+            _check(x, w, b, dilation, 1, precision, f"skew {skew} {c_in}->{c_out} K={k} d={dilation} L={length}")
+
+
+@pytest.mark.parametrize("kernel,knob,value,message", [
+    ("wgmma", "CAUSALCONV_CONSUMER_SKEW", "-1", "CAUSALCONV_CONSUMER_SKEW must be 0 to 64"),
+    ("wgmma-window", "CAUSALCONV_FRAGMENT_DEPTH", "3", "CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4")])
+def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatch):
+    if not ext().has_wgmma():
+        pytest.skip("the knobs' kernels need an sm_90 GPU")
+    monkeypatch.setenv(knob, value)
+    x = torch.randn(1, 64, 256, device=DEV)
+    w = torch.randn(64, 64, 3, device=DEV)
+    with forced_kernel(kernel), pytest.raises(RuntimeError, match=message):
+        causal_conv1d(x, w, precision="tf32")
+
+
 @pytest.mark.parametrize("c_in,c_out,groups", [(3, 5, 1), (96, 160, 1), (257, 257, 1), (16, 16, 1), (64, 64, 64),
                                                (256, 512, 2), (48, 48, 16)])
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))

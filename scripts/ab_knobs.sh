@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device call for the experiments switched at run time rather than built apart: the
+# raw-window TF32 kernels ('wgmma-window'), their fragment depth (CAUSALCONV_FRAGMENT_DEPTH)
+# and the TMA forward's consumer skew (CAUSALCONV_CONSUMER_SKEW).  Builds once, times each
+# setting beside the default (ab_forward.py also prints each kernel's error against
+# float64), then runs the GPU tests that cover the knobs and compute-sanitizer on the
+# wgmma kernels, so that a call cut off by its time limit still returns the timings.
+# Logs under $OUT (steps.log, tests.log).  ~8-9 minutes on an H200.
+#   scripts/ab_knobs.sh            (SKEWS="0 2 4 8" to time several skews; default "0 4")
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export OUT=${OUT:-/tmp/causalconv-out} STEP_TIMEOUT=${STEP_TIMEOUT:-240} TAIL=${TAIL:-40}
+mkdir -p "$OUT"
+mark() { echo "##### setting: $*" >> "$OUT/steps.log"; echo "##### setting: $*"; }
+export BD_DTYPES=float32 BD_KERNELS=auto,wgmma-window AB_KERNELS=wgmma,wgmma-window AB_CASES=float32:tf32
+mark "defaults (fragment depth 2, skew 0)"
+STEPS="env build ab breakdown" scripts/device_check.sh || exit 1
+mark "CAUSALCONV_FRAGMENT_DEPTH=4"
+CAUSALCONV_FRAGMENT_DEPTH=4 STEPS="ab breakdown" scripts/device_check.sh
+for skew in ${SKEWS:-0 4}; do
+  mark "CAUSALCONV_CONSUMER_SKEW=$skew"
+  CAUSALCONV_CONSUMER_SKEW=$skew AB_KERNELS=wgmma AB_CASES=float32:tf32,bfloat16:tf32,float16:tf32 STEPS="ab" \
+    scripts/device_check.sh
+done
+mark "tests and sanitizers"
+STEPS="tests sanitize" PYTEST_ARGS="tests/test_gpu_forward.py tests/test_gpu_backward.py" \
+  PYTEST_K="window or skew or depth or knobs" SANITIZE_KERNELS=wgmma,wgmma-window RACECHECK_KERNELS=wgmma,wgmma-window \
+  scripts/device_check.sh
