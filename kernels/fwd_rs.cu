@@ -56,7 +56,7 @@ struct FwdRsTraits : WarpRoles<float> {
   static constexpr int kTapBytes = kN * 128;                 // one tap of the weight image
   static constexpr int kMaxTaps = 4;                         // taps per stage
   static constexpr int kRaw = 2, kMaxSlots = 12;             // ring depths: raw windows, weight taps (at most)
-  static constexpr int kBarrierBytes = 8 * 2 * (kRaw + kMaxSlots);
+  static constexpr int kBarrierBytes = 8 * (2 * (kRaw + kMaxSlots) + 1);  // + the skew barrier
   static constexpr int kCopyRegs = 40, kMmaRegs = 232;      // setmaxnreg budgets, as in wgrad_rs.cu
   static_assert(kCopyRegs * 128 + kMmaRegs * 256 <= 65536, "the register file");
   static_assert(kKSteps % kBufs == 0, "a k-step's fragment buffer is its index mod kBufs in every tap");
@@ -70,6 +70,7 @@ struct FwdRsPlan {
   int half_bytes;  // one warpgroup's raw window
   int raw_bytes;   // both, a multiple of 1024
   int slots;       // weight-tap ring depth
+  int skew;        // taps consumer warpgroup 1 issues before warpgroup 2 starts (fwd_tma.cu's knob)
   int64_t n_tt, n_tiles;
 };
 
@@ -90,6 +91,7 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
   auto wempty = [&](int w) { return bars + 8u * (nslots + w); };
   auto rawfull = [&](int r) { return bars + 8u * (2 * nslots + r); };
   auto rawempty = [&](int r) { return bars + 8u * (2 * nslots + Tr::kRaw + r); };
+  const uint32_t skew_bar = bars + 8u * (2 * nslots + 2 * Tr::kRaw);
   const int S = pl.n_ic * pl.ngroups;  // stages per tile
 
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -102,6 +104,7 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
       ptx::mbar_init(rawfull(r), 1);
       ptx::mbar_init(rawempty(r), Tr::kConsumerWarps);
     }
+    ptx::mbar_init(skew_bar, 4);  // warpgroup 1's warps
     ptx::fence_mbar_init();
   }
   __syncthreads();
@@ -150,6 +153,8 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
   uint32_t frag[Tr::kBufs][Tr::kMI][4];  // k-step j's in frag[j % kBufs]
   Ring wr, rr;
   int prev_w = -1, prev_r = -1;  // in flight: the previous tap's weight slot; the raw buffer of the stage it ended
+  int skew_left = c == 0 ? pl.skew : 0;  // as in fwd_tma.cu
+  if (c == 1 && pl.skew > 0) ptx::mbar_wait(skew_bar, 0);
   for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
     const int ot = static_cast<int>(tile % pl.n_ot);
     const int64_t t0 = (tile / pl.n_ot % pl.n_tt) * Tr::kTile, rest = tile / pl.n_ot / pl.n_tt;
@@ -193,6 +198,7 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
           }
         }
         prev_w = wr.idx;
+        if (skew_left > 0 && --skew_left == 0 && lane == 0) ptx::mbar_arrive(skew_bar);
       }
       prev_r = rr.idx;
     }
@@ -235,9 +241,9 @@ int64_t rs_tile_count(const ConvParams& p, int tile) {
   return ceil_div(p.cout_g, 128) * ceil_div(p.L, tile) * p.groups * p.B;
 }
 
-template <int MI>
+template <int MI, int Bufs>
 FwdRsPlan make_plan(const ConvParams& p, int smem_limit) {
-  using Tr = FwdRsTraits<MI, 2>;  // the plan does not depend on the fragment depth
+  using Tr = FwdRsTraits<MI, Bufs>;
   FwdRsPlan pl{};
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kN));
   pl.n_ic = static_cast<int>(ceil_div(p.cin_g, Tr::kCI));
@@ -268,7 +274,7 @@ template <int MI, int Bufs>
 void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   using Tr = FwdRsTraits<MI, Bufs>;
   const int smem_limit = max_smem_optin();
-  FwdRsPlan pl = make_plan<MI>(p, smem_limit);
+  FwdRsPlan pl = make_plan<MI, Bufs>(p, smem_limit);
   TORCH_CHECK(pl.slots >= 2, "causalconv: no register-A forward pipeline fits dilation ", p.dilation);
   TORCH_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
               "causalconv: problem too large for 32-bit TMA coordinates");
@@ -281,6 +287,11 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   float* image = static_cast<float*>(scratch.data());
   write_weight_image<float, Precision::kTF32, Tr::kN>(p, image, nullptr, stream);
   pl.w = image;
+  // At most what warpgroup 1 can issue alone: the weight slots and the first kRaw stages' taps.
+  int first_taps = 0;
+  for (int j = 0; j < std::min(Tr::kRaw, pl.n_ic * pl.ngroups); ++j)
+    first_taps += std::min(pl.tpg, p.K - (j % pl.ngroups) * pl.tpg);
+  pl.skew = std::min({consumer_skew(), pl.slots, first_taps});
 
   const CUtensorMap map_x = make_bcl_tensor_map(p.x, at::kFloat, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
   const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);

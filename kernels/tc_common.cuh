@@ -214,7 +214,7 @@ inline int fragment_depth() {
   return d;
 }
 
-// Taps the TMA forward's consumer warpgroup 1 runs ahead of warpgroup 2 (fwd_tma.cu), from
+// Taps the TMA forwards' consumer warpgroup 1 runs ahead of warpgroup 2 (fwd_tma.cu, fwd_rs.cu), from
 // CAUSALCONV_CONSUMER_SKEW, 0 (lockstep) by default: a knob for measuring whether
 // overlapping one warpgroup's epilogue with the other's MMAs pays.
 inline int consumer_skew() {

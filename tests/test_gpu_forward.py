@@ -87,15 +87,18 @@ def test_tensor_core_kernels_grid(kernel, dtype, precision, k, groups):
 
 @pytest.mark.parametrize("skew", ["1", "4", "7", "64"])
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
-def test_tma_forward_with_skewed_consumers(skew, dtype, precision, monkeypatch):
+@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-window"])
+def test_tma_forward_with_skewed_consumers(kernel, skew, dtype, precision, monkeypatch):
     """CAUSALCONV_CONSUMER_SKEW starts the second consumer warpgroup that many taps late (the
     host caps it at what the first can issue alone): same results, no deadlock, including
     stages of fewer taps (K = 5, 7) and several tiles per block."""
     if not ext().has_wgmma():
         pytest.skip("the TMA forward needs an sm_90 GPU")
+    if kernel == "wgmma-window" and (dtype, precision) != (torch.float32, "tf32"):
+        pytest.skip("the raw-window kernel is TF32 only")
     monkeypatch.setenv("CAUSALCONV_CONSUMER_SKEW", skew)
     seed = 2000
-    with forced_kernel("wgmma"):
+    with forced_kernel(kernel):
         for c_in, c_out, k, dilation, length in ((256, 256, 4, 1, 8192), (96, 160, 5, 3, 1000), (64, 64, 7, 2, 4096),
                                                  (32, 48, 1, 1, 264), (64, 64, 2, 512, 2048)):
             seed += 1
