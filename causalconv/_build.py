@@ -12,7 +12,7 @@ Environment:
   MAX_JOBS=N                    parallel compile jobs (read by torch's ninja builder)
   CAUSALCONV_FRAGMENT_DEPTH=4   k-steps of fragments the raw-window kernels (forced 'wgmma-window')
                                 keep in flight, 2 by default: a tuning experiment, read per call
-  CAUSALCONV_CONSUMER_SKEW=N    taps the TMA forward's first consumer warpgroup runs ahead of the
+  CAUSALCONV_CONSUMER_SKEW=N    taps the TMA forwards' first consumer warpgroup runs ahead of the
                                 second, 0 by default: a tuning experiment, read per call
 """
 
