@@ -82,6 +82,14 @@ struct FwdChoice {
   bool window = false;  // fp32 TF32 on the TMA kernel that reads x from raw windows into registers
 };
 
+// The raw-window TF32 forward (fwd_rs.cu) tiles output channels by 128 and time by 256:
+// measured on an H100 (scripts/ab_knobs.sh, 2026-12-05) it beat the shifter kernel by 3-17%
+// where both tiles fill (256, 512 and 1024 channels, B*L >= 8192) and lost 2-33% where they
+// do not (320 or 64 channels, B*L of 3000 or 64).  The dtype is checked at launch.
+bool window_forward_pays(const ConvParams& p) {
+  return p.precision == Precision::kTF32 && p.cout_g % 128 == 0 && p.B * p.L >= 8192;
+}
+
 FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice forced) {
   const bool tc_arch = sm_major() >= 8;
   const bool wgmma = sm_major() == 9 && built_for_sm90a();
@@ -124,6 +132,7 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
   } else if (tc_arch && (x_ok || can_copy) && p.cin_g >= 16 && p.cout_g >= 16) {
     // Narrow groups would fill the 32/64-channel chunks mostly with zeros.
     tensor_cores(wgmma, false);
+    c.window = c.tma && window_forward_pays(p);
   }
   return c;
 }
@@ -300,9 +309,11 @@ at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t 
            forced != KernelChoice::kWgmmaWindow)
     tc = false;
 
-  // The raw-window fp32 kernel only when forced, until it has been measured against the
-  // shared-memory one (NOTES.md, next steps).
-  const bool rs = tc && forced == KernelChoice::kWgmmaWindow && wgrad_rs_supports(p, dtype);
+  // fp32 TF32 takes the raw-window kernel (x loaded into registers at each tap's offset, no
+  // shifted copies): on an H100 it measured 1.4-1.7x faster than the shared-memory kernel on
+  // every shape timed (scripts/ab_knobs.sh, 2026-12-05; NOTES v18).  'wgmma' forces the latter.
+  const bool rs = tc && (forced == KernelChoice::kAuto || forced == KernelChoice::kWgmmaWindow) &&
+                  wgrad_rs_supports(p, dtype);
   const int sms = sm_count();
   p.splits = rs ? wgrad_rs_splits(p, sms) : tc ? wgrad_tc_splits(p, dtype, sms) : wgrad_generic_splits(p, sms);
   const int64_t n = dw.numel();

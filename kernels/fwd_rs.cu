@@ -210,22 +210,36 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
     prev_w = prev_r = -1;
 
     // acc[mi][4jj + e]: time kHalf*c + 64mi + 16q + g (+8 for e >= 2), output channel
-    // 8jj + 2cl + (e & 1) of the tile.
+    // 8jj + 2cl + (e & 1) of the tile.  Each chunk's bias loads go out before its stores:
+    // issued beside them, each load would wait its full latency (a store to y may alias the
+    // bias), 32 times per tile.  Chunks of 8 column blocks keep the depth-4 variant unspilled.
+    constexpr int kChunk = Tr::kN / 8 < 8 ? Tr::kN / 8 : 8;
     float* y = static_cast<float*>(p.y) + b * p.sy_b + static_cast<int64_t>(g * p.cout_g) * p.sy_c;
 #pragma unroll
-    for (int jj = 0; jj < Tr::kN / 8; ++jj) {
+    for (int j0 = 0; j0 < Tr::kN / 8; j0 += kChunk) {
+      float bias[kChunk][2];
 #pragma unroll
-      for (int e1 = 0; e1 < 2; ++e1) {
-        const int o = ot * Tr::kN + 8 * jj + 2 * cl + e1;
-        if (o >= p.cout_g) continue;
-        const float bias = p.bias ? static_cast<const float*>(p.bias)[g * p.cout_g + o] : 0.f;
-        float* row = y + o * p.sy_c;
+      for (int jj = 0; jj < kChunk; ++jj) {
 #pragma unroll
-        for (int mi = 0; mi < Tr::kMI; ++mi) {
+        for (int e1 = 0; e1 < 2; ++e1) {
+          const int o = ot * Tr::kN + 8 * (j0 + jj) + 2 * cl + e1;
+          bias[jj][e1] = p.bias && o < p.cout_g ? static_cast<const float*>(p.bias)[g * p.cout_g + o] : 0.f;
+        }
+      }
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int64_t t = t0 + Tr::kHalf * c + 64 * mi + 16 * q + gl + 8 * h;
-            if (t < p.L) row[t] = acc[mi][4 * jj + 2 * h + e1] + bias;
+      for (int jj = 0; jj < kChunk; ++jj) {
+#pragma unroll
+        for (int e1 = 0; e1 < 2; ++e1) {
+          const int o = ot * Tr::kN + 8 * (j0 + jj) + 2 * cl + e1;
+          if (o >= p.cout_g) continue;
+          float* row = y + o * p.sy_c;
+#pragma unroll
+          for (int mi = 0; mi < Tr::kMI; ++mi) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int64_t t = t0 + Tr::kHalf * c + 64 * mi + 16 * q + gl + 8 * h;
+              if (t < p.L) row[t] = acc[mi][4 * (j0 + jj) + 2 * h + e1] + bias[jj][e1];
+            }
           }
         }
       }

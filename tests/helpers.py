@@ -53,9 +53,19 @@ def exact_forward(x, w, b, dilation, groups, precision="auto"):
     return causal_conv1d_reference(xs, ws, None if b is None else b.double(), dilation, groups)
 
 
-def assert_close(out: torch.Tensor, exact: torch.Tensor, dtype, precision, quantity="out", label="", conv=None):
-    """Print max/mean errors, then assert against TOLERANCES (NaN never passes)."""
+def assert_close(out: torch.Tensor, exact: torch.Tensor, dtype, precision, quantity="out", label="", conv=None,
+                 terms=0):
+    """Print max/mean errors, then assert against TOLERANCES (NaN never passes).
+
+    terms: products summed per element.  In TF32 mode the oracle's operands are the kernels'
+    rounded ones, so what is left is fp32 accumulation, whose error on tensor cores grows
+    about linearly with the sum's length (Hopper's accumulation truncates): on an H100 a dx
+    summing 5120 products measured 1.2e-5 normwise, 2560 products 6.0e-6.  Past 1e-5 the
+    bound grows as terms * 2^-26 (~6x that rate), still far below a missed operand rounding
+    (~3e-4)."""
     rel_tol, max_tol = TOLERANCES[(dtype, mode_of(dtype, precision, conv), quantity)]
+    if mode_of(dtype, precision, conv) == "tf32":
+        rel_tol, max_tol = max(rel_tol, terms * 2.0**-26), max(max_tol, 2 * terms * 2.0**-26)
     assert out.shape == exact.shape, f"{label}: shape {tuple(out.shape)} != {tuple(exact.shape)}"
     assert out.dtype == dtype, f"{label}: dtype {out.dtype} != {dtype}"
     diff = (out.double() - exact).abs()
