@@ -1,10 +1,11 @@
-"""Where a small backward's time goes: for ModelNew and the reference Model, the backward
-(autograd.grad of a retained graph, x and weight requiring grad) timed three ways: as the
+"""Where a small row's time goes: for ModelNew and the reference Model, the backward
+(autograd.grad of a retained graph, x and weight requiring grad; or with `fwd` first, the
+forward under no_grad) timed three ways: as the
 benchmark times it (CUDA events, L2 flushed), the host time to issue one call (back-to-back
 calls, before the final synchronize), and the GPU time of its kernels (torch.profiler, which
 adds some of its own); then our top CPU ops (the profiler inflates those too).  When the
 first is close to the second and well above the third, the row is bound by the host.
-    python scripts/bwd_overhead.py [dtype] [B,Cin,Cout,K,d,L ...]"""
+    python scripts/bwd_overhead.py [fwd] [dtype] [B,Cin,Cout,K,d,L ...]"""
 import sys
 from pathlib import Path
 
@@ -16,8 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from causalconv import Model, ModelNew  # noqa: E402
 from causalconv._timing import cpu_ms_per_call, time_cuda  # noqa: E402
 
-dtype = getattr(torch, sys.argv[1]) if len(sys.argv) > 1 else torch.bfloat16
-shapes = [tuple(int(v) for v in s.split(",")) for s in sys.argv[2:]] or [(4, 512, 512, 3, 1, 2048),
+args = sys.argv[1:]
+forward = bool(args) and args[0] == "fwd"
+args = args[1:] if forward else args
+dtype = getattr(torch, args[0]) if args else torch.bfloat16
+shapes = [tuple(int(v) for v in s.split(",")) for s in args[1:]] or [(4, 512, 512, 3, 1, 2048),
                                                                        (1, 256, 256, 4, 1, 64)]
 
 
@@ -42,12 +46,15 @@ for shape in shapes:
         params = [x] + [p for p in m.parameters() if p.requires_grad]
 
         def fn():
+            if forward:
+                with torch.no_grad():
+                    return m(x)
             return torch.autograd.grad(y, params, gy, retain_graph=True)
 
         bench = time_cuda(fn)["median_ms"] * 1e3
         cpu = cpu_ms_per_call(fn, calls=100, warmup=20) * 1e3  # ~6 launches a call
         gpu, prof = gpu_us_per_call(fn)
-        print(f"{shape} {str(dtype)[6:]} {name:4s} benchmark {bench:7.1f} us  cpu/call {cpu:7.1f} us  "
+        print(f"{'fwd' if forward else 'bwd'} {shape} {str(dtype)[6:]} {name:4s} benchmark {bench:7.1f} us  cpu/call {cpu:7.1f} us  "
               f"gpu kernels/call {gpu:7.1f} us", flush=True)
-        if name == "ours":
-            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14), flush=True)
+        # Each kernel's GPU time, ours and the reference's: which launch a small row spends on.
+        print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=8), flush=True)
