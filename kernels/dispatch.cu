@@ -82,15 +82,12 @@ struct FwdChoice {
   bool window = false;  // fp32 TF32 on the TMA kernel that reads x from raw windows into registers
 };
 
-// The raw-window TF32 forward (fwd_rs.cu) tiles output channels by 128 and time by 256.
-// Measured on an H100 with bias (scripts/ab_forward.py, 2026-12-05, each chunk's bias loaded
-// before its stores) against the shifter kernel: faster on every shape with B*L >= 8192,
-// partial channel tiles included (64x320->320 3.64 -> 3.36 ms, 16x64->64 0.080 -> 0.076,
-// 8x1024 0.947 -> 0.862, default 0.491 -> 0.472), slower where B*L is 3000 or 64 (few blocks:
-// 0.018 -> 0.022, 0.024 -> 0.027 ms).  Below 64 channels per group most of a 128-channel tile
-// would be padding (not measured).  The dtype is checked at launch.
+// The raw-window TF32 forward (fwd_rs.cu) tiles output channels by 128 and time by 256:
+// measured on an H100 (scripts/ab_knobs.sh, 2026-12-05) it beat the shifter kernel by 3-17%
+// where both tiles fill (256, 512 and 1024 channels, B*L >= 8192) and lost 2-33% where they
+// do not (320 or 64 channels, B*L of 3000 or 64).  The dtype is checked at launch.
 bool window_forward_pays(const ConvParams& p) {
-  return p.precision == Precision::kTF32 && p.cout_g >= 64 && p.B * p.L >= 8192;
+  return p.precision == Precision::kTF32 && p.cout_g % 128 == 0 && p.B * p.L >= 8192;
 }
 
 FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice forced) {

@@ -3,7 +3,7 @@
 forward under no_grad) timed three ways: as the
 benchmark times it (CUDA events, L2 flushed), the host time to issue one call (back-to-back
 calls, before the final synchronize), and the GPU time of its kernels (torch.profiler, which
-adds some of its own); then our top CPU ops (the profiler inflates those too).  When the
+adds some of its own); then the kernels by GPU time, ours and the reference's.  When the
 first is close to the second and well above the third, the row is bound by the host.
     python scripts/bwd_overhead.py [fwd] [dtype] [B,Cin,Cout,K,d,L ...]"""
 import sys
@@ -52,7 +52,7 @@ for shape in shapes:
             return torch.autograd.grad(y, params, gy, retain_graph=True)
 
         bench = time_cuda(fn)["median_ms"] * 1e3
-        cpu = cpu_ms_per_call(fn, calls=100, warmup=20) * 1e3  # ~6 launches a call
+        cpu = cpu_ms_per_call(fn, calls=100, warmup=20) * 1e3
         gpu, prof = gpu_us_per_call(fn)
         print(f"{'fwd' if forward else 'bwd'} {shape} {str(dtype)[6:]} {name:4s} benchmark {bench:7.1f} us  cpu/call {cpu:7.1f} us  "
               f"gpu kernels/call {gpu:7.1f} us", flush=True)
