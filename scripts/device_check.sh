@@ -57,9 +57,9 @@ for step in $STEPS; do
           --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
           $PY scripts/profile_case.py "$1" "$2"
       done ;;
-    breakdown) run breakdown $PY scripts/bwd_breakdown.py ;;
-    overhead)  # the small forward rows: host time per call against their kernels' GPU time
-      run overhead $PY scripts/bwd_overhead.py fwd ${OVERHEAD_DTYPE:-float32} ${OVERHEAD_SHAPES:-1,256,256,4,1,64 3,96,160,5,3,1000} ;;
+    breakdown) run breakdown $PY scripts/bwd_breakdown.py ${BD_SHAPES:-} ;;
+    overhead)  # small rows: host time per call against their kernels' GPU time (OVERHEAD_ARGS: the script's)
+      run overhead $PY scripts/bwd_overhead.py ${OVERHEAD_ARGS:-fwd float32 1,256,256,4,1,64 3,96,160,5,3,1000} ;;
     ab) run ab $PY scripts/ab_forward.py ${AB_SHAPES:-} ;;
     bench) run bench $PY -m causalconv bench --out "$OUT/h200.json" ${BENCH_ARGS:-} ;;
     *) echo "unknown step $step" ;;
