@@ -14,6 +14,9 @@ Environment:
                                 keep in flight, 2 by default: a tuning experiment, read per call
   CAUSALCONV_CONSUMER_SKEW=N    taps the TMA forwards' first consumer warpgroup runs ahead of the
                                 second, 0 by default: a tuning experiment, read per call
+  CAUSALCONV_WGRAD_TILE=3,1     taps per tile and 64-channel blocks of the 16-bit weight gradient
+                                (MN-major x) instead of its cost model's: a tuning experiment,
+                                read per call
 """
 
 from __future__ import annotations

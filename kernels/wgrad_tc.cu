@@ -36,6 +36,8 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "launchers.h"
 #include "tc_common.cuh"
@@ -301,9 +303,9 @@ int raw_window(const WgradParams& p, int taps, int ct, int v) {
   return static_cast<int>(ceil_div(v - 1 + static_cast<int64_t>(taps - 1) * p.dilation + ct, v) * v);
 }
 
-// Both layouts pick by the same order: fewest MMA columns over the whole problem, then
-// the widest tile, then the most taps per tile (the least raw window traffic), such that
-// kWgradTiles x tiles and two copy slots fit.
+// Both layouts pick by the same order: lowest cost over the whole problem (K-major: MMA
+// columns; MN-major: below), then the widest tile, then the most taps per tile (the least
+// raw window traffic), such that kWgradTiles x tiles and two copy slots fit.
 bool better_tile(int64_t cost, int cols, int taps, int64_t best_cost, const NTile& best) {
   const int best_cols = best.n * best.ca;
   return best_cost < 0 || cost < best_cost ||
@@ -332,9 +334,41 @@ NTile pick_n_tile_kmajor(const WgradParams& p, int elem) {
   return best;
 }
 
+// CAUSALCONV_WGRAD_TILE=taps,blocks forces the 16-bit MN-major tile: `taps` taps per tile
+// (1-4) and `blocks` 64-channel blocks per instruction set (1, 2 or 4), at most 4 x 64
+// accumulator columns in all.  Unset (the default), the cost model below picks: a knob for
+// measuring that model's choices against the alternatives (scripts/bwd_breakdown.py).
+struct ForcedWgradTile {
+  int taps = 0, ca = 0;  // 0: not forced
+};
+
+ForcedWgradTile forced_wgrad_tile() {
+  const char* v = std::getenv("CAUSALCONV_WGRAD_TILE");
+  ForcedWgradTile f;
+  if (v == nullptr || *v == '\0') return f;
+  char tail = 0;
+  const int n = std::sscanf(v, "%d,%d%c", &f.taps, &f.ca, &tail);
+  TORCH_CHECK(n == 2 && f.taps >= 1 && f.taps <= 4 && (f.ca == 1 || f.ca == 2 || f.ca == 4) && f.taps * f.ca <= 4,
+              "causalconv: CAUSALCONV_WGRAD_TILE must be 'taps,blocks' with taps 1-4, blocks 1, 2 or 4 and "
+              "taps x blocks <= 4, got '", v, "'");
+  return f;
+}
+
+// The MN-major cost counts, per tile and stage, the larger of the MMA columns (64 per tap
+// and channel block) and the shifters' transpose work, kTransposeCost columns per raw
+// window row of 64 channels: the two roles overlap, so the slower one sets the stage time.
+// kTransposeCost = 3 is from the v17 profile of the default problem (taps 4, one block: 256
+// columns against 80 window rows, the consumers waiting for transposed tiles in a third of
+// all samples, so the two about equal).  Counting columns alone tied 4x512->512 K=3 between
+// one tap of four blocks and three taps of one, and the tie-break took the wider tile,
+// whose shifters transpose four windows per stage for each tap's MMAs: its 16-bit weight
+// gradient ran at 103 TFLOP/s (v18, H100), slower than the fp32 one.
+constexpr int kTransposeCost = 3;
+
 NTile pick_n_tile_mn(const WgradParams& p) {
   constexpr int ct = 64, v = 8, elem = 2;
   const int budget = max_smem_optin() - 2048;
+  const ForcedWgradTile forced = forced_wgrad_tile();
   NTile best{};
   int64_t best_cost = -1;
   for (int taps = 1; taps <= std::min(p.K, 4); ++taps) {
@@ -342,16 +376,20 @@ NTile pick_n_tile_mn(const WgradParams& p) {
     if (window > 256) break;
     for (int ca = 1; ca <= 4; ca *= 2) {
       if (taps * ca > 4) break;  // 256 accumulator columns
+      if (forced.taps > 0 && (taps != forced.taps || ca != forced.ca)) continue;
       const int part = round_up_kb(static_cast<int64_t>(window) * 128);
       const int slot = 128 * 128 + round_up_kb(static_cast<int64_t>(ca) * 64 * window * elem);
       if (kWgradTiles * ca * part + 2 * slot > budget) continue;
-      const int64_t cost = ceil_div(p.K, taps) * ceil_div(p.cin_g, 64 * ca) * (64 * taps * ca);
+      const int64_t stage = std::max(64 * taps * ca, kTransposeCost * ca * window);
+      const int64_t cost = ceil_div(p.K, taps) * ceil_div(p.cin_g, 64 * ca) * stage;
       if (better_tile(cost, 64 * taps * ca, taps, best_cost, best)) {
         best = {taps, 64 * ca, 64 * taps, ca, window, ca * part, part, true};
         best_cost = cost;
       }
     }
   }
+  TORCH_CHECK(forced.taps == 0 || best.n > 0, "causalconv: CAUSALCONV_WGRAD_TILE=", forced.taps, ",", forced.ca,
+              " does not fit K = ", p.K, ", dilation ", p.dilation, " (taps <= K, window <= 256, shared memory)");
   return best;
 }
 
