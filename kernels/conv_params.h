@@ -31,6 +31,13 @@ struct ConvParams {
   int groups = 1, cin_g = 0, cout_g = 0, K = 1, dilation = 1;
   int shift = 0;
   Precision precision = Precision::kNative;
+
+  // The TMA forward's input-channel split (fwd_tma.cu): csplits blocks share each tile, each
+  // over its own run of input-channel chunks, and store fp32 partial sums, laid out as y is,
+  // in slice s of ws ([csplits][B][C_out][L]; the bias in slice 0); launch_split_reduce adds
+  // the slices into y.
+  float* ws = nullptr;
+  int csplits = 1;
 };
 
 }  // namespace causalconv

@@ -203,9 +203,23 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
   switch (c.kind) {
     case KernelKind::kFwdDepthwise: launch_fwd_depthwise(p, dtype, stream); break;
     case KernelKind::kFwdWgmma:
-      if (c.tma && c.window && fwd_rs_supports(p, dtype)) launch_fwd_rs(p, dtype, sm_count(), stream);
-      else if (c.tma) launch_fwd_tma(p, dtype, sm_count(), stream);  // which checks fwd_tma_supports
-      else launch_fwd_tc(p, dtype, TcKernel::kWgmma, c.bn, stream);
+      if (c.tma && c.window && fwd_rs_supports(p, dtype)) {
+        launch_fwd_rs(p, dtype, sm_count(), stream);
+      } else if (c.tma) {  // launch_fwd_tma checks fwd_tma_supports
+        // Small grids split the input channels over several blocks per tile (fwd_tma.cu):
+        // fp32 partial sums, added into y in split order.
+        p.csplits = fwd_tma_channel_splits(p, dtype, sm_count());
+        at::Tensor ws;
+        if (p.csplits > 1) {
+          ws = at::empty({p.csplits * y.numel()}, y.options().dtype(at::kFloat));
+          poison(ws);
+          p.ws = ws.data_ptr<float>();
+        }
+        launch_fwd_tma(p, dtype, sm_count(), stream);
+        if (p.csplits > 1) launch_split_reduce(p.ws, p.y, y.numel(), p.csplits, dtype, stream);
+      } else {
+        launch_fwd_tc(p, dtype, TcKernel::kWgmma, c.bn, stream);
+      }
       break;
     case KernelKind::kFwdMma: launch_fwd_tc(p, dtype, TcKernel::kMmaSync, c.bn, stream); break;
     default: launch_fwd_generic(p, dtype, stream); break;
@@ -338,7 +352,7 @@ at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t 
     launch_wgrad_generic(p, dtype, sms, stream);
     count(KernelKind::kWgradGeneric);
   }
-  launch_wgrad_reduce(p.ws, dw.data_ptr(), n, p.splits, dtype, stream);
+  launch_split_reduce(p.ws, dw.data_ptr(), n, p.splits, dtype, stream);
   return dw;
 }
 

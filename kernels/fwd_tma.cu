@@ -99,7 +99,9 @@ struct FwdTmaPlan {
   int slots, nraw;   // ring depths: weight taps, raw windows (x tiles: kTiles)
   bool tma_store;    // 16-bit epilogue through TMA stores (map_y)
   int skew;          // taps consumer warpgroup 1 issues before warpgroup 2 starts (below)
-  int64_t n_tt, n_tiles;
+  int csplits;       // blocks per tile, each over ic_per input-channel chunks (p.ws)
+  int ic_per;
+  int64_t n_tt, n_tiles, n_items;  // n_items = n_tiles x csplits
 };
 
 struct TileCoord {
@@ -107,14 +109,25 @@ struct TileCoord {
   int64_t t0, b;
 };
 
-__device__ __forceinline__ TileCoord decode_tile(int64_t tile, const FwdTmaPlan& pl, int groups, int n) {
-  TileCoord c;
+// A block's unit of work: one tile's reduction over the input-channel chunks ic0 ..
+// ic0 + S / ngroups - 1 (all of them without the channel split), S x stages; cs is the split.
+struct WorkItem {
+  int ot, g, ic0, S, cs;
+  int64_t t0, b;
+};
+
+__device__ __forceinline__ WorkItem decode_item(int64_t item, const FwdTmaPlan& pl, int groups, int n) {
+  WorkItem c;
+  int64_t tile = item % pl.n_tiles;
+  c.cs = static_cast<int>(item / pl.n_tiles);
   c.ot = static_cast<int>(tile % pl.n_ot);  // output tiles of one x window run side by side
   tile /= pl.n_ot;
   c.t0 = (tile % pl.n_tt) * n;
   tile /= pl.n_tt;
   c.g = static_cast<int>(tile % groups);
   c.b = tile / groups;
+  c.ic0 = c.cs * pl.ic_per;
+  c.S = (min(pl.n_ic, c.ic0 + pl.ic_per) - c.ic0) * pl.ngroups;
   return c;
 }
 
@@ -321,7 +334,6 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
   auto rawfull = [&](int r) { return bars + 8u * (2 * nslots + 2 * Tr::kTiles + r); };
   auto rawempty = [&](int r) { return bars + 8u * (2 * nslots + 2 * Tr::kTiles + nraw + r); };
   const uint32_t skew_bar = bars + 8u * (2 * nslots + 2 * Tr::kTiles + 2 * nraw);
-  const int S = pl.n_ic * pl.ngroups;  // x stages per tile
 
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
@@ -350,11 +362,12 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
       ptx::tma_prefetch_descriptor(&map_x);
       const uint32_t raw_bytes = Tr::kCI * pl.window * static_cast<uint32_t>(sizeof(T));
       Ring wr, rr;  // weight-slot ring, raw-window ring
-      for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
-        const TileCoord tc = decode_tile(tile, pl, p.groups, N);
+      for (int64_t item = blockIdx.x; item < pl.n_items; item += gridDim.x) {
+        const WorkItem tc = decode_item(item, pl, p.groups, N);
         const int64_t w_tile = (static_cast<int64_t>(tc.g) * pl.n_ot + tc.ot) * pl.n_ic;
-        for (int j = 0; j < S; ++j, rr.next(nraw)) {
-          const int ic = j / pl.ngroups, k0 = (j - ic * pl.ngroups) * pl.tpg, nt = min(pl.tpg, p.K - k0);
+        for (int j = 0; j < tc.S; ++j, rr.next(nraw)) {
+          const int jc = j / pl.ngroups, ic = tc.ic0 + jc, k0 = (j - jc * pl.ngroups) * pl.tpg,
+                    nt = min(pl.tpg, p.K - k0);
           // The raw window first: it waits only for the shifters, who then transpose
           // while the taps wait for their slots.
           ptx::mbar_wait(rawempty(rr.idx), rr.phase ^ 1);
@@ -383,9 +396,10 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
     const int tid = wg == 0 ? threadIdx.x - 32 : threadIdx.x - 128 * (Tr::kConsumers + 1) + WarpRoles<T>::kShifters;
     const bool tf32 = std::is_same_v<T, float> && p.precision != Precision::kNative;
     Ring xr, rr;
-    for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
-      for (int j = 0; j < S; ++j, xr.next(Tr::kTiles), rr.next(nraw)) {
-        const int valid = p.cin_g - (j / pl.ngroups) * Tr::kCI;  // channels of the chunk inside the group
+    for (int64_t item = blockIdx.x; item < pl.n_items; item += gridDim.x) {
+      const WorkItem tc = decode_item(item, pl, p.groups, N);
+      for (int j = 0; j < tc.S; ++j, xr.next(Tr::kTiles), rr.next(nraw)) {
+        const int valid = p.cin_g - (tc.ic0 + j / pl.ngroups) * Tr::kCI;  // channels of the chunk inside the group
         ptx::mbar_wait(rawfull(rr.idx), rr.phase);
         ptx::mbar_wait(xempty(xr.idx), xr.phase ^ 1);
         if constexpr (sizeof(T) == 2) {
@@ -422,13 +436,13 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
   int skew_left = c == 0 ? pl.skew : 0;
   if (c == 1 && pl.skew > 0) ptx::mbar_wait(skew_bar, 0);
   Ring wr, xr;
-  for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
-    const TileCoord tc = decode_tile(tile, pl, p.groups, N);
+  for (int64_t item = blockIdx.x; item < pl.n_items; item += gridDim.x) {
+    const WorkItem tc = decode_item(item, pl, p.groups, N);
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) chain[i] = acc[i] = 0.f;
     int prev_w = -1, done_x = -1;  // in flight: the previous tap's slot; the x tile it finished
-    for (int j = 0; j < S; ++j, xr.next(Tr::kTiles)) {
-      const int ic = j / pl.ngroups, k0 = (j - ic * pl.ngroups) * pl.tpg, nt = min(pl.tpg, p.K - k0);
+    for (int j = 0; j < tc.S; ++j, xr.next(Tr::kTiles)) {
+      const int jc = j / pl.ngroups, k0 = (j - jc * pl.ngroups) * pl.tpg, nt = min(pl.tpg, p.K - k0);
       const int64_t ws0 = tc.t0 + static_cast<int64_t>(k0) * p.dilation + p.shift;
       const int off = static_cast<int>(ws0 - floor_div(ws0, Tr::kV) * Tr::kV);
       const uint32_t xt = tiles_base + xr.idx * pl.tile_bytes + off * 128;
@@ -475,9 +489,12 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int o = o_base + (lane >> 2) + 8 * h;
-      if (p.bias && o < p.cout_g) bias[h] = to_float(static_cast<const T*>(p.bias)[tc.g * p.cout_g + o]);
+      if (p.bias && o < p.cout_g && tc.cs == 0) bias[h] = to_float(static_cast<const T*>(p.bias)[tc.g * p.cout_g + o]);
     }
-    T* y = static_cast<T*>(p.y) + tc.b * p.sy_b + static_cast<int64_t>(tc.g * p.cout_g) * p.sy_c;
+    // With the channel split (fp32 only) the partial sums go to slice cs of the workspace,
+    // laid out as y (contiguous: fwd_tma_supports).
+    T* y = (pl.csplits > 1 ? reinterpret_cast<T*>(p.ws) + tc.cs * p.B * p.sy_b : static_cast<T*>(p.y)) +
+           tc.b * p.sy_b + static_cast<int64_t>(tc.g * p.cout_g) * p.sy_c;
     if constexpr (Tr::kStaged) {
       const uint32_t stage = staging + (warp - 4) * Tr::kStageBuffers * Tr::kWarpStageBytes;
       store_tile_staged<Tr>(acc, bias, y, p, o_base, tc.t0, stage, base_ptr + (stage - base), lane,
@@ -530,6 +547,9 @@ FwdTmaPlan make_plan(const ConvParams& p, int smem_limit) {
     break;
   }
   pl.ngroups = pl.tpg ? static_cast<int>(ceil_div(p.K, pl.tpg)) : 0;
+  pl.csplits = p.csplits;
+  pl.ic_per = static_cast<int>(ceil_div(pl.n_ic, p.csplits));
+  pl.n_items = pl.n_tiles * p.csplits;
   return pl;
 }
 
@@ -541,6 +561,8 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   const int smem_limit = max_smem_optin();
   FwdTmaPlan pl = make_plan<T, N, kSplit>(p, smem_limit);
   TORCH_CHECK(pl.slots >= 2, "causalconv: no TMA forward pipeline fits dilation ", p.dilation);
+  TORCH_CHECK(p.csplits == 1 || (!Tr::kStaged && p.ws != nullptr && (pl.ic_per * (p.csplits - 1) < pl.n_ic)),
+              "causalconv: a channel split of ", p.csplits, " needs fp32, a workspace and a chunk per split");
   TORCH_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.C_out <= INT32_MAX &&
                   p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
               "causalconv: problem too large for 32-bit TMA coordinates");
@@ -571,10 +593,11 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   // slots, and the taps of the first kTiles stages (x tiles), which are within the first
   // tile (every block has at least one).
   int first_taps = 0;
-  for (int j = 0; j < std::min(Tr::kTiles, pl.n_ic * pl.ngroups); ++j)
+  const int first_stages = (pl.n_ic - (p.csplits - 1) * pl.ic_per) * pl.ngroups;  // the fewest of any item
+  for (int j = 0; j < std::min(Tr::kTiles, first_stages); ++j)
     first_taps += std::min(pl.tpg, p.K - (j % pl.ngroups) * pl.tpg);
   pl.skew = std::min({consumer_skew(), pl.slots, first_taps});
-  const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
+  const int64_t grid = std::min<int64_t>(pl.n_items, sms);
   auto kernel = fwd_tma_kernel<T, N, kSplit>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
   kernel<<<static_cast<unsigned>(grid), Tr::kThreads, smem, stream>>>(map_x, map_y, p, pl);
@@ -597,6 +620,24 @@ int pick_time_tile(const ConvParams& p, int sms, bool split) {
     }
   }
   return best;
+}
+
+// Channel split: a grid of fewer tiles than a quarter of the multiprocessors leaves most of
+// them idle while each block walks every input-channel chunk in series (L = 64, 256 -> 256:
+// two tiles, ~15 us of kernel for 34 MFLOP, v18 on an H100).  Up to sms / tiles blocks then
+// share a tile, each over a run of chunks, and one more launch adds their fp32 partial
+// sums.  fp32 only: its epilogue stores fp32 pairs straight from the accumulators, which
+// the workspace takes as y would (the 16-bit types stage converted halves).  The
+// workspace stays below 2^26 floats.
+int channel_splits(const ConvParams& p, at::ScalarType dtype, int sms) {
+  if (dtype != at::kFloat) return 1;
+  const int64_t tiles = tile_count(p, pick_time_tile(p, sms, p.precision == Precision::kTF32x3));
+  if (tiles * 4 > sms) return 1;
+  const int64_t n_ic = ceil_div(p.cin_g, kRowElems<float>);
+  int64_t splits = std::min<int64_t>(n_ic, sms / tiles);
+  splits = std::min<int64_t>(splits, std::max<int64_t>(1, (int64_t{1} << 26) / (p.B * p.C_out * p.L)));
+  if (splits <= 1) return 1;
+  return static_cast<int>(ceil_div(n_ic, ceil_div(n_ic, splits)));  // no split without chunks
 }
 
 // The one place a run-time time tile and precision become a kernel template.
@@ -624,6 +665,10 @@ bool fwd_tma_supports(const ConvParams& p, at::ScalarType dtype) {
   const int64_t elem = c10::elementSize(dtype);
   return p.sx_t == 1 && (p.sx_c * elem) % 16 == 0 && (p.sx_b * elem) % 16 == 0 &&
          p.L % 2 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.sy_c == p.L && p.sy_b == p.C_out * p.L;
+}
+
+int fwd_tma_channel_splits(const ConvParams& p, at::ScalarType dtype, int sms) {
+  return fwd_tma_supports(p, dtype) ? tc::channel_splits(p, dtype, sms) : 1;
 }
 
 void launch_fwd_tma(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream) {

@@ -21,12 +21,15 @@ void launch_fwd_tc(const ConvParams& p, at::ScalarType dtype, TcKernel kind, int
 // TF32 or 16-bit, x with unit stride along L and 16-byte aligned rows, y contiguous.
 bool fwd_tma_supports(const ConvParams& p, at::ScalarType dtype);
 void launch_fwd_tma(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream);
+// How many blocks launch_fwd_tma would have share each tile (p.csplits; 1 unless fp32 with a
+// grid far below one wave).
+int fwd_tma_channel_splits(const ConvParams& p, at::ScalarType dtype, int sms);
 // The same for TF32 fp32 with x read into registers from raw windows (fwd_rs.cu).
 bool fwd_rs_supports(const ConvParams& p, at::ScalarType dtype);
 void launch_fwd_rs(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream);
 
 // Weight gradient into a float32 workspace of `splits` partial sums laid out as
-// [splits][C_out][cin_g][K]; launch_wgrad_reduce then adds them in split order into dw.
+// [splits][C_out][cin_g][K]; launch_split_reduce then adds them in split order into dw.
 // The *_splits functions give the split count a launch will use, to size the workspace.
 struct WgradParams {
   const void* dy = nullptr;  // (B, C_out, L) contiguous
@@ -49,7 +52,8 @@ void launch_wgrad_tc(const WgradParams& p, at::ScalarType dtype, int sm_count, c
 bool wgrad_rs_supports(const WgradParams& p, at::ScalarType dtype);
 int wgrad_rs_splits(const WgradParams& p, int sm_count);
 void launch_wgrad_rs(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
-void launch_wgrad_reduce(const float* ws, void* dw, int64_t n, int splits, at::ScalarType dtype, cudaStream_t stream);
+// out[e] = sum over s < splits, in order, of ws[s * n + e], cast to dtype (split_reduce.cu).
+void launch_split_reduce(const float* ws, void* out, int64_t n, int splits, at::ScalarType dtype, cudaStream_t stream);
 
 // The input gradient's weights, wt[g*cin_g + i, o, k] = w[g*cout_g + o, i, K-1-k], both
 // contiguous, elements of 2 or 4 bytes (weight_flip.cu).

@@ -3,7 +3,7 @@
 //
 // The reduction over (b, t) is split into contiguous ranges of (batch, 64-step chunk)
 // units; each block sums one range for a 32 x 32 tile of (o, i) and a group of taps into
-// its own slice of a float32 workspace, and wgrad_reduce.cu adds the slices in a fixed
+// its own slice of a float32 workspace, and split_reduce.cu adds the slices in a fixed
 // order, so the result is bitwise reproducible (no atomics).
 #include <ATen/ATen.h>
 

@@ -1,6 +1,6 @@
 // How the tensor-core weight gradients (wgrad_tc.cu, wgrad_rs.cu) split their reduction
 // over (batch, time) across blocks: the same rule for both, so that their workspaces have
-// the same layout and wgrad_reduce.cu adds either.
+// the same layout and split_reduce.cu adds either.
 #pragma once
 #include <algorithm>
 #include <cstdint>

@@ -30,7 +30,7 @@
 // commits one group per k-step and keeps kBufs in flight: the fragments of k-step j are
 // loaded while groups j - kBufs + 1 .. j - 1 run, into the registers group j - kBufs read
 // (retired by then).
-// Partial sums go to the split's workspace slice; wgrad_reduce.cu adds the slices in a
+// Partial sums go to the split's workspace slice; split_reduce.cu adds the slices in a
 // fixed order.
 #include <ATen/ATen.h>
 

@@ -32,7 +32,7 @@
 // copy of stage s waited for the MMAs of s - 3: copy latency, shift and MMAs in one chain,
 // ~2 us per stage in both dtypes where the MMAs need 0.7.  The copies' slots are 26 KB
 // (fp32, 256 x-tile rows), so 4 fit beside three 32 KB x tiles.  Partial sums go to
-// the split's workspace slice; wgrad_reduce.cu adds the slices in a fixed order.
+// the split's workspace slice; split_reduce.cu adds the slices in a fixed order.
 #include <ATen/ATen.h>
 
 #include <algorithm>

@@ -121,6 +121,26 @@ def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatc
         causal_conv1d(x, w, precision="tf32")
 
 
+@pytest.mark.parametrize("precision", ["tf32", "ieee"])
+def test_fp32_channel_split(precision):
+    """Grids of fewer tiles than a quarter of the multiprocessors split the input channels
+    over several blocks per tile (fp32 partial sums in a poisoned workspace, bias in the
+    first split, added in order): even runs of chunks (256 channels, 8 chunks over 2 tiles),
+    uneven ones (320 channels: 10 chunks, runs of 3 over 30 tiles on 132 multiprocessors),
+    a partial last chunk (100 channels), groups, dilation, and bitwise repeatability."""
+    if not ext().has_wgmma():
+        pytest.skip("the TMA forward needs an sm_90 GPU")
+    seed = 3000
+    for b, c_in, c_out, k, dilation, groups, length in ((1, 256, 256, 4, 1, 1, 64), (15, 320, 256, 4, 1, 1, 64),
+                                                        (2, 100, 192, 3, 2, 1, 130), (1, 512, 256, 5, 3, 2, 96)):
+        seed += 1
+        x = make_x((b, c_in, length), torch.float32, DEV, "contiguous", seed)
+        w, bias = _weights(c_out, c_in // groups, k, torch.float32, True, seed)
+        _check(x, w, bias, dilation, groups, precision, f"split {b}x{c_in}->{c_out} K={k} d={dilation} g={groups}")
+        runs = [causal_conv1d(x, w, bias, dilation, groups, precision) for _ in range(2)]
+        assert torch.equal(runs[0], runs[1]), "channel-split forward differs between identical runs"
+
+
 @pytest.mark.parametrize("c_in,c_out,groups", [(3, 5, 1), (96, 160, 1), (257, 257, 1), (16, 16, 1), (64, 64, 64),
                                                (256, 512, 2), (48, 48, 16)])
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
