@@ -3,6 +3,7 @@
 // transpose of a raw x window into time-major tile rows.
 #pragma once
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "common.cuh"
@@ -223,6 +224,16 @@ inline int consumer_skew() {
   const int s = std::atoi(v);
   TORCH_CHECK(s >= 0 && s <= 64, "causalconv: CAUSALCONV_CONSUMER_SKEW must be 0 to 64 taps, got '", v, "'");
   return s;
+}
+
+// Whether the fp32 TMA forward may split a small grid's input channels over several blocks
+// per tile (fwd_tma.cu), from CAUSALCONV_CHANNEL_SPLIT=1; off by default until a GPU run
+// has timed it and run the suite with it (NOTES v19): a knob for that run.
+inline bool channel_split_enabled() {
+  const char* v = std::getenv("CAUSALCONV_CHANNEL_SPLIT");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return false;
+  TORCH_CHECK(std::strcmp(v, "1") == 0, "causalconv: CAUSALCONV_CHANNEL_SPLIT must be 0 or 1, got '", v, "'");
+  return true;
 }
 
 inline int max_smem_optin() {

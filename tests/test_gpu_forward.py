@@ -110,7 +110,8 @@ def test_tma_forward_with_skewed_consumers(kernel, skew, dtype, precision, monke
 
 @pytest.mark.parametrize("kernel,knob,value,message", [
     ("wgmma", "CAUSALCONV_CONSUMER_SKEW", "-1", "CAUSALCONV_CONSUMER_SKEW must be 0 to 64"),
-    ("wgmma-window", "CAUSALCONV_FRAGMENT_DEPTH", "3", "CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4")])
+    ("wgmma-window", "CAUSALCONV_FRAGMENT_DEPTH", "3", "CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4"),
+    ("wgmma", "CAUSALCONV_CHANNEL_SPLIT", "2", "CAUSALCONV_CHANNEL_SPLIT must be 0 or 1")])
 def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatch):
     if not ext().has_wgmma():
         pytest.skip("the knobs' kernels need an sm_90 GPU")
@@ -122,7 +123,7 @@ def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatc
 
 
 @pytest.mark.parametrize("precision", ["tf32", "ieee"])
-def test_fp32_channel_split(precision):
+def test_fp32_channel_split(precision, monkeypatch):
     """Grids of fewer tiles than a quarter of the multiprocessors split the input channels
     over several blocks per tile (fp32 partial sums in a poisoned workspace, bias in the
     first split, added in order): even runs of chunks (256 channels, 8 chunks over 2 tiles),
@@ -130,6 +131,7 @@ def test_fp32_channel_split(precision):
     a partial last chunk (100 channels), groups, dilation, and bitwise repeatability."""
     if not ext().has_wgmma():
         pytest.skip("the TMA forward needs an sm_90 GPU")
+    monkeypatch.setenv("CAUSALCONV_CHANNEL_SPLIT", "1")
     seed = 3000
     for b, c_in, c_out, k, dilation, groups, length in ((1, 256, 256, 4, 1, 1, 64), (15, 320, 256, 4, 1, 1, 64),
                                                         (2, 100, 192, 3, 2, 1, 130), (1, 512, 256, 5, 3, 2, 96)):
