@@ -104,11 +104,6 @@ struct FwdTmaPlan {
   int64_t n_tt, n_tiles, n_items;  // n_items = n_tiles x csplits
 };
 
-struct TileCoord {
-  int ot, g;
-  int64_t t0, b;
-};
-
 // A block's unit of work: one tile's reduction over the input-channel chunks ic0 ..
 // ic0 + S / ngroups - 1 (all of them without the channel split), S x stages; cs is the split.
 struct WorkItem {
