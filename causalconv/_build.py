@@ -15,11 +15,12 @@ Environment:
   CAUSALCONV_CONSUMER_SKEW=N    taps the TMA forwards' first consumer warpgroup runs ahead of the
                                 second, 0 by default: a tuning experiment, read per call
   CAUSALCONV_WGRAD_TILE=3,1     taps per tile and 64-channel blocks of the 16-bit weight gradient
-                                (MN-major x) instead of its cost model's, or 'transposes' for
-                                the model that counts the transposes: a tuning experiment, read
+                                (MN-major x) instead of its cost model's, or 'columns' for the
+                                model that counts MMA columns alone (before v19): a tuning
+                                experiment, read per call
+  CAUSALCONV_CHANNEL_SPLIT=0    keep the fp32 TMA forward from splitting a small grid's input
+                                channels over several blocks per tile: a tuning experiment, read
                                 per call
-  CAUSALCONV_CHANNEL_SPLIT=1    let the fp32 TMA forward split a small grid's input channels
-                                over several blocks per tile: an experiment, read per call
 """
 
 from __future__ import annotations

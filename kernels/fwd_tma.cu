@@ -623,7 +623,7 @@ int pick_time_tile(const ConvParams& p, int sms, bool split) {
 // share a tile, each over a run of chunks, and one more launch adds their fp32 partial
 // sums.  fp32 only: its epilogue stores fp32 pairs straight from the accumulators, which
 // the workspace takes as y would (the 16-bit types stage converted halves).  The
-// workspace stays below 2^26 floats.  Only with CAUSALCONV_CHANNEL_SPLIT=1 for now.
+// workspace stays below 2^26 floats.  CAUSALCONV_CHANNEL_SPLIT=0 turns it off.
 int channel_splits(const ConvParams& p, at::ScalarType dtype, int sms) {
   if (dtype != at::kFloat || !channel_split_enabled()) return 1;
   const int64_t tiles = tile_count(p, pick_time_tile(p, sms, p.precision == Precision::kTF32x3));

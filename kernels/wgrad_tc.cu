@@ -337,37 +337,37 @@ NTile pick_n_tile_kmajor(const WgradParams& p, int elem) {
 
 // CAUSALCONV_WGRAD_TILE=taps,blocks forces the 16-bit MN-major tile: `taps` taps per tile
 // (1-4) and `blocks` 64-channel blocks per instruction set (1, 2 or 4), at most 4 x 64
-// accumulator columns in all; CAUSALCONV_WGRAD_TILE=transposes picks by the cost model that
-// counts the shifters' transposes (below).  Unset (the default), the cost is MMA columns
-// alone.  A knob for measuring the tiles against each other (scripts/bwd_breakdown.py).
+// accumulator columns in all; CAUSALCONV_WGRAD_TILE=columns picks by MMA columns alone (the
+// cost model before v19).  Unset, the cost also counts the shifters' transposes (below).
+// A knob for measuring the tiles against each other (scripts/bwd_breakdown.py).
 struct ForcedWgradTile {
   int taps = 0, ca = 0;  // 0: not forced
-  bool count_transposes = false;
+  bool count_transposes = true;
 };
 
 ForcedWgradTile forced_wgrad_tile() {
   const char* v = std::getenv("CAUSALCONV_WGRAD_TILE");
   ForcedWgradTile f;
   if (v == nullptr || *v == '\0') return f;
-  if (std::strcmp(v, "transposes") == 0) {
-    f.count_transposes = true;
+  if (std::strcmp(v, "columns") == 0) {
+    f.count_transposes = false;
     return f;
   }
   char tail = 0;
   const int n = std::sscanf(v, "%d,%d%c", &f.taps, &f.ca, &tail);
   TORCH_CHECK(n == 2 && f.taps >= 1 && f.taps <= 4 && (f.ca == 1 || f.ca == 2 || f.ca == 4) && f.taps * f.ca <= 4,
-              "causalconv: CAUSALCONV_WGRAD_TILE must be 'transposes' or 'taps,blocks' with taps 1-4, blocks 1, "
+              "causalconv: CAUSALCONV_WGRAD_TILE must be 'columns' or 'taps,blocks' with taps 1-4, blocks 1, "
               "2 or 4 and taps x blocks <= 4, got '", v, "'");
   return f;
 }
 
-// The transpose-counting cost ('transposes') takes, per tile and stage, the larger of the
+// The tile cost (unless CAUSALCONV_WGRAD_TILE=columns) takes, per tile and stage, the larger of the
 // MMA columns (64 per tap and channel block) and the shifters' transpose work,
 // kTransposeCost columns per raw window row of 64 channels: the two roles overlap, so the
 // slower one sets the stage time.  kTransposeCost = 3 is from the v17 profile of the
 // default problem (taps 4, one block: 256 columns against 88 window rows, the consumers
 // waiting for transposed tiles in a third of all samples, so the two about equal).
-// Counting columns alone (the default until a GPU run has timed both, NOTES v19) ties
+// Counting columns alone (the cost model before v19, NOTES) ties
 // 4x512->512 K=3 between one tap of four blocks and three taps of one, and the tie-break
 // takes the wider tile, whose shifters transpose four windows per stage for each tap's
 // MMAs: its 16-bit weight gradient ran at 103 TFLOP/s (v18, H100), slower than the fp32 one.

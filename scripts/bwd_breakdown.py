@@ -2,8 +2,8 @@
 grad) for a few shapes, median CUDA-event times with L2 flushed.  BD_KERNELS names forced kernel
 families to time side by side ("auto" by default; "wgmma-window" runs fp32 TF32 on the kernels
 that read x into registers from raw windows).  BD_TILES names 16-bit weight-gradient tiles
-(taps x 64-channel blocks, CAUSALCONV_WGRAD_TILE; "transposes" for the cost model that counts
-the transposes) to time dW on beside the default choice, each with its error against float64.
+(taps x 64-channel blocks, CAUSALCONV_WGRAD_TILE; "columns" for the cost model that counts
+MMA columns alone) to time dW on beside the default choice, each with its error against float64.
     BD_DTYPES=float32,bfloat16,float16 BD_KERNELS=auto,wgmma-window BD_TILES=3x1,1x4 \
         python scripts/bwd_breakdown.py [B,Cin,Cout,K,d,L ...]"""
 import os

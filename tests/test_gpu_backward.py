@@ -137,15 +137,15 @@ def test_raw_window_kernels_at_each_fragment_depth(depth, monkeypatch):
                    f"wgmma-window depth {depth} {c_in}->{c_out} K={k} d={dilation} L={length}")
 
 
-@pytest.mark.parametrize("tile", ["1,1", "1,2", "1,4", "2,1", "2,2", "3,1", "4,1", "transposes"])
+@pytest.mark.parametrize("tile", ["1,1", "1,2", "1,4", "2,1", "2,2", "3,1", "4,1", "columns"])
 def test_16bit_weight_gradient_at_each_forced_tile(tile, monkeypatch):
     """CAUSALCONV_WGRAD_TILE forces the MN-major weight gradient's taps per tile and channel
-    blocks, or the cost model that counts transposes; every tile must give the same
+    blocks, or the cost model that counts MMA columns alone; every tile must give the same
     gradients (partial tap tiles at K = 3, 5, 7)."""
     if not ext().has_wgmma():
         pytest.skip("wgmma needs an sm_90 GPU")
     monkeypatch.setenv("CAUSALCONV_WGRAD_TILE", tile)
-    taps = 1 if tile == "transposes" else int(tile.split(",")[0])
+    taps = 1 if tile == "columns" else int(tile.split(",")[0])
     for c_in, c_out, k, dilation, length in ((256, 256, 4, 1, 1024), (96, 160, 5, 3, 1000), (512, 128, 3, 1, 512),
                                              (64, 192, 7, 4, 264)):
         if taps > k:
