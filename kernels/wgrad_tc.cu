@@ -345,7 +345,7 @@ struct ForcedWgradTile {
   bool count_transposes = true;
 };
 
-ForcedWgradTile forced_wgrad_tile() {
+ForcedWgradTile forced_wgrad_tile(const WgradParams& p) {
   const char* v = std::getenv("CAUSALCONV_WGRAD_TILE");
   ForcedWgradTile f;
   if (v == nullptr || *v == '\0') return f;
@@ -358,6 +358,8 @@ ForcedWgradTile forced_wgrad_tile() {
   TORCH_CHECK(n == 2 && f.taps >= 1 && f.taps <= 4 && (f.ca == 1 || f.ca == 2 || f.ca == 4) && f.taps * f.ca <= 4,
               "causalconv: CAUSALCONV_WGRAD_TILE must be 'columns' or 'taps,blocks' with taps 1-4, blocks 1, "
               "2 or 4 and taps x blocks <= 4, got '", v, "'");
+  TORCH_CHECK(f.taps <= p.K, "causalconv: CAUSALCONV_WGRAD_TILE=", f.taps, ",", f.ca, " does not fit K = ", p.K,
+              " (taps <= K)");
   return f;
 }
 
@@ -376,7 +378,7 @@ constexpr int kTransposeCost = 3;
 NTile pick_n_tile_mn(const WgradParams& p) {
   constexpr int ct = 64, v = 8, elem = 2;
   const int budget = max_smem_optin() - 2048;
-  const ForcedWgradTile forced = forced_wgrad_tile();
+  const ForcedWgradTile forced = forced_wgrad_tile(p);
   NTile best{};
   int64_t best_cost = -1;
   for (int taps = 1; taps <= std::min(p.K, 4); ++taps) {
@@ -398,7 +400,7 @@ NTile pick_n_tile_mn(const WgradParams& p) {
     }
   }
   TORCH_CHECK(forced.taps == 0 || best.n > 0, "causalconv: CAUSALCONV_WGRAD_TILE=", forced.taps, ",", forced.ca,
-              " does not fit K = ", p.K, ", dilation ", p.dilation, " (taps <= K, window <= 256, shared memory)");
+              " does not fit K = ", p.K, ", dilation ", p.dilation, " (window <= 256, shared memory)");
   return best;
 }
 

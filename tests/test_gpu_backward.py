@@ -154,16 +154,19 @@ def test_16bit_weight_gradient_at_each_forced_tile(tile, monkeypatch):
                f"tile {tile} {c_in}->{c_out} K={k} d={dilation} L={length}")
 
 
-@pytest.mark.parametrize("value,message", [("5,1", "or 'taps,blocks'"), ("2,4", "or 'taps,blocks'"),
-                                           ("1", "or 'taps,blocks'"), ("4,1", "does not fit K = 3")])
-def test_forced_weight_gradient_tile_errors(value, message, monkeypatch):
+@pytest.mark.parametrize("value,dilation,message", [
+    ("5,1", 1, "or 'taps,blocks'"), ("2,4", 1, "or 'taps,blocks'"), ("1", 1, "or 'taps,blocks'"),
+    ("4,1", 1, "does not fit K = 3"),
+    ("3,1", 200, "does not fit K = 3, dilation 200")])  # three taps span a raw window wider than 256
+def test_forced_weight_gradient_tile_errors(value, dilation, message, monkeypatch):
     if not ext().has_wgmma():
         pytest.skip("wgmma needs an sm_90 GPU")
     monkeypatch.setenv("CAUSALCONV_WGRAD_TILE", value)
     x = torch.randn(1, 64, 256, device=DEV, dtype=torch.bfloat16)
     w = torch.randn(64, 64, 3, device=DEV, dtype=torch.bfloat16, requires_grad=True)
     with pytest.raises(RuntimeError, match=message):
-        torch.autograd.grad(causal_conv1d(x, w), [w], torch.ones(1, 64, 256, device=DEV, dtype=torch.bfloat16))
+        torch.autograd.grad(causal_conv1d(x, w, dilation=dilation), [w],
+                            torch.ones(1, 64, 256, device=DEV, dtype=torch.bfloat16))
 
 
 @pytest.mark.parametrize("kernel", ["auto", "generic", "wgmma-window"])
