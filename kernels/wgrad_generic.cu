@@ -19,8 +19,10 @@ constexpr int kThreads = 256;
 constexpr int kOB = 32;  // output channels per tile: warp w owns 4w .. 4w+3
 constexpr int kCB = 32;  // input channels per tile: lane l owns channel l
 constexpr int kTC = 64;  // time steps per unit
+constexpr int kDyRow = kOB + 4;  // dy staged time-major, padded: a warp's 4 channels are one 16-byte load
 constexpr int kMaxTaps = 8;
 constexpr int kMaxSpan = 192;
+constexpr int kBatch = 8;  // global loads each thread issues before storing any (latency, not bandwidth, bound)
 
 struct Plan {
   int kg, n_tg;      // taps per group, tap groups
@@ -48,9 +50,13 @@ Plan make_plan(const WgradParams& p, int sm_count) {
   return pl;
 }
 
-template <typename T>
+// KG: the plan's taps per group, a template parameter so that the inner loop issues only the
+// taps there are (a runtime bound under `#pragma unroll` leaves all kMaxTaps loads and FMAs
+// in the loop, predicated off: on 3x96->160 K=5 the kernel took 90 us for 0.46 GFLOP, v19b
+// on an H100).  The last group of a long kernel may hold fewer taps (nt < KG).
+template <typename T, int KG>
 __global__ void __launch_bounds__(kThreads) wgrad_kernel(WgradParams p, Plan pl) {
-  __shared__ float dys[kOB][kTC];
+  __shared__ __align__(16) float dys[kTC][kDyRow];
   extern __shared__ float xs[];  // [kCB][xrow]
 
   int64_t bid = blockIdx.x;
@@ -62,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) wgrad_kernel(WgradParams p, Plan pl)
   tile /= pl.n_ct;
   const int tg = static_cast<int>(tile % pl.n_tg);
   const int g = static_cast<int>(tile / pl.n_tg);
-  const int k0 = tg * pl.kg, nt = min(pl.kg, p.K - k0);
+  const int k0 = tg * KG, nt = min(KG, p.K - k0);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool tf32 = p.precision == Precision::kTF32;
@@ -70,39 +76,55 @@ __global__ void __launch_bounds__(kThreads) wgrad_kernel(WgradParams p, Plan pl)
   const int64_t n_tc = ceil_div(p.L, kTC);
   const int width = kTC + (nt - 1) * p.dilation;
 
-  float acc[4][kMaxTaps];
+  float acc[4][KG];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int k = 0; k < kMaxTaps; ++k) acc[i][k] = 0.f;
+    for (int k = 0; k < KG; ++k) acc[i][k] = 0.f;
 
   const int64_t u_end = std::min<int64_t>(pl.units, (split + 1) * pl.per_split);
   for (int64_t u = split * pl.per_split; u < u_end; ++u) {
     const int64_t b = u / n_tc, t0 = (u % n_tc) * kTC;
     const T* dy = static_cast<const T*>(p.dy) + (b * C_out + static_cast<int64_t>(g) * p.cout_g + ot * kOB) * p.L;
     const T* x = static_cast<const T*>(p.x) + (b * C_in + static_cast<int64_t>(g) * p.cin_g + ct * kCB) * p.L;
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kOB * kTC; idx += kThreads) {
-      const int o = idx / kTC, tt = idx % kTC;
+    // All of a thread's loads of a batch go out before its first store, so one global
+    // latency is paid per batch rather than per element.
+    float v[kBatch];
+    static_assert(kOB * kTC == kBatch * kThreads, "dy tile is one batch");
+#pragma unroll
+    for (int r = 0; r < kBatch; ++r) {
+      const int idx = threadIdx.x + r * kThreads, o = idx / kTC, tt = idx % kTC;
       const int64_t t = t0 + tt;
-      const bool ok = ot * kOB + o < p.cout_g && t < p.L;
-      dys[o][tt] = ok ? operand(to_float(dy[o * p.L + t]), tf32) : 0.f;
+      v[r] = ot * kOB + o < p.cout_g && t < p.L ? operand(to_float(dy[o * p.L + t]), tf32) : 0.f;
+    }
+    __syncthreads();  // the previous unit's reads of dys and xs are done
+#pragma unroll
+    for (int r = 0; r < kBatch; ++r) {
+      const int idx = threadIdx.x + r * kThreads;
+      dys[idx % kTC][idx / kTC] = v[r];
     }
     const int64_t xs0 = t0 + static_cast<int64_t>(k0) * p.dilation + p.shift;
-    for (int idx = threadIdx.x; idx < kCB * width; idx += kThreads) {
-      const int ci = idx / width, j = idx - ci * width;
-      const int64_t t = xs0 + j;
-      const bool ok = ct * kCB + ci < p.cin_g && t >= 0 && t < p.L;
-      xs[ci * pl.xrow + j] = ok ? operand(to_float(x[ci * p.L + t]), tf32) : 0.f;
+    for (int base = 0; base < kCB * width; base += kBatch * kThreads) {
+#pragma unroll
+      for (int r = 0; r < kBatch; ++r) {
+        const int idx = base + threadIdx.x + r * kThreads, ci = idx / width, j = idx - ci * width;
+        const int64_t t = xs0 + j;
+        const bool ok = idx < kCB * width && ct * kCB + ci < p.cin_g && t >= 0 && t < p.L;
+        v[r] = ok ? operand(to_float(x[ci * p.L + t]), tf32) : 0.f;
+      }
+#pragma unroll
+      for (int r = 0; r < kBatch; ++r) {
+        const int idx = base + threadIdx.x + r * kThreads, ci = idx / width, j = idx - ci * width;
+        if (idx < kCB * width) xs[ci * pl.xrow + j] = v[r];
+      }
     }
     __syncthreads();
     const float* xr = xs + lane * pl.xrow;
     for (int tt = 0; tt < kTC; ++tt) {
-      float dv[4];
+      const float4 d4 = *reinterpret_cast<const float4*>(&dys[tt][warp * 4]);
+      const float dv[4] = {d4.x, d4.y, d4.z, d4.w};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) dv[i] = dys[warp * 4 + i][tt];
-#pragma unroll
-      for (int k = 0; k < kMaxTaps; ++k) {
+      for (int k = 0; k < KG; ++k) {
         if (k < nt) {
           const float xv = xr[tt + k * p.dilation];
 #pragma unroll
@@ -120,18 +142,35 @@ __global__ void __launch_bounds__(kThreads) wgrad_kernel(WgradParams p, Plan pl)
     if (o >= p.cout_g) continue;
     float* out = p.ws + ((static_cast<int64_t>(split) * C_out + static_cast<int64_t>(g) * p.cout_g + o) * p.cin_g + c) * p.K;
 #pragma unroll
-    for (int k = 0; k < kMaxTaps; ++k)
+    for (int k = 0; k < KG; ++k)
       if (k < nt) out[k0 + k] = acc[i][k];
   }
 }
 
-template <typename T>
-void launch_typed(const WgradParams& p, const Plan& pl, cudaStream_t stream) {
+template <typename T, int KG>
+void launch_taps(const WgradParams& p, const Plan& pl, cudaStream_t stream) {
   const int64_t blocks = pl.n_tiles * pl.splits;
   TORCH_CHECK(blocks <= INT32_MAX, "causalconv: weight-gradient problem too large for one launch");
   const size_t smem = sizeof(float) * kCB * pl.xrow;
-  wgrad_kernel<T><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p, pl);
+  wgrad_kernel<T, KG><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p, pl);
   CAUSALCONV_CHECK_LAUNCH("conv_wgrad_generic");
+}
+
+// The one place the plan's taps per group becomes a kernel template.
+template <typename T>
+void launch_typed(const WgradParams& p, const Plan& pl, cudaStream_t stream) {
+  switch (pl.kg) {
+    case 1: return launch_taps<T, 1>(p, pl, stream);
+    case 2: return launch_taps<T, 2>(p, pl, stream);
+    case 3: return launch_taps<T, 3>(p, pl, stream);
+    case 4: return launch_taps<T, 4>(p, pl, stream);
+    case 5: return launch_taps<T, 5>(p, pl, stream);
+    case 6: return launch_taps<T, 6>(p, pl, stream);
+    case 7: return launch_taps<T, 7>(p, pl, stream);
+    default:
+      TORCH_CHECK(pl.kg == kMaxTaps, "causalconv: weight-gradient tap group of ", pl.kg, " taps");
+      return launch_taps<T, kMaxTaps>(p, pl, stream);
+  }
 }
 
 }  // namespace
