@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "check.h"
 #include "conv_params.h"
 
 // Every launch goes through this: a bad configuration surfaces as a Python
@@ -18,15 +19,15 @@
 #define CAUSALCONV_CHECK_LAUNCH(name)                                                 \
   do {                                                                                \
     cudaError_t err_ = cudaGetLastError();                                            \
-    TORCH_CHECK(err_ == cudaSuccess, "causalconv: launch of ", name, " failed: ",     \
-                cudaGetErrorString(err_));                                            \
+    CAUSALCONV_CHECK(err_ == cudaSuccess, "causalconv: launch of ", name,             \
+                     " failed: ", cudaGetErrorString(err_));                          \
   } while (0)
 
 #define CAUSALCONV_CUDA_CHECK(expr)                                                   \
   do {                                                                                \
     cudaError_t err_ = (expr);                                                        \
-    TORCH_CHECK(err_ == cudaSuccess, "causalconv: ", #expr, " failed: ",              \
-                cudaGetErrorString(err_));                                            \
+    CAUSALCONV_CHECK(err_ == cudaSuccess, "causalconv: ", #expr, " failed: ",         \
+                     cudaGetErrorString(err_));                                       \
   } while (0)
 
 namespace causalconv {

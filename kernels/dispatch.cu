@@ -39,8 +39,8 @@ bool built_for_sm90a() {
 
 // 'auto' is resolved in Python (causalconv/_precision.py) at call time.
 Precision resolve(at::ScalarType dtype, int64_t precision) {
-  TORCH_CHECK(precision == kPrecisionTF32 || precision == kPrecisionIEEE,
-              "causalconv: precision code must be 1 (tf32) or 2 (ieee), got ", precision);
+  CAUSALCONV_CHECK(precision == kPrecisionTF32 || precision == kPrecisionIEEE,
+                   "causalconv: precision code must be 1 (tf32) or 2 (ieee), got ", precision);
   if (dtype != at::kFloat) return Precision::kNative;
   return precision == kPrecisionTF32 ? Precision::kTF32 : Precision::kTF32x3;
 }
@@ -63,7 +63,7 @@ const DeviceInfo& device_info() {
   static DeviceInfo info[64];
   static std::atomic<bool> ready[64];
   const int dev = c10::cuda::current_device();
-  TORCH_CHECK(dev >= 0 && dev < 64, "causalconv: device index ", dev, " out of range");
+  CAUSALCONV_CHECK(dev >= 0 && dev < 64, "causalconv: device index ", dev, " out of range");
   if (!ready[dev].load(std::memory_order_acquire)) {
     CAUSALCONV_CUDA_CHECK(cudaDeviceGetAttribute(&info[dev].sms, cudaDevAttrMultiProcessorCount, dev));
     CAUSALCONV_CUDA_CHECK(cudaDeviceGetAttribute(&info[dev].major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -111,7 +111,7 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
   switch (forced) {
     case KernelChoice::kGeneric: return c;
     case KernelChoice::kDepthwise:
-      TORCH_CHECK(p.cin_g == 1, "causalconv: the depthwise kernel needs one input channel per group");
+      CAUSALCONV_CHECK(p.cin_g == 1, "causalconv: the depthwise kernel needs one input channel per group");
       c.kind = KernelKind::kFwdDepthwise;
       return c;
     case KernelChoice::kWgmma:
@@ -119,10 +119,10 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
     case KernelChoice::kWgmmaWindow:
     case KernelChoice::kMma: {
       const bool use_wgmma = forced != KernelChoice::kMma;
-      TORCH_CHECK(!use_wgmma || wgmma, "causalconv: wgmma needs an sm_90 GPU and an sm_90a build");
-      TORCH_CHECK(tc_arch, "causalconv: tensor cores need compute capability 8.0 or newer");
-      TORCH_CHECK(x_ok || can_copy, "causalconv: tensor-core kernels need L to be a multiple of ",
-                  vec_elems(x.scalar_type()));
+      CAUSALCONV_CHECK(!use_wgmma || wgmma, "causalconv: wgmma needs an sm_90 GPU and an sm_90a build");
+      CAUSALCONV_CHECK(tc_arch, "causalconv: tensor cores need compute capability 8.0 or newer");
+      CAUSALCONV_CHECK(x_ok || can_copy, "causalconv: tensor-core kernels need L to be a multiple of ",
+                       vec_elems(x.scalar_type()));
       tensor_cores(use_wgmma, forced == KernelChoice::kWgmmaRegisterA);
       c.window = forced == KernelChoice::kWgmmaWindow;
       return c;
@@ -140,21 +140,21 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
 }
 
 void check_common(const at::Tensor& x, const at::Tensor& w, int64_t dilation, int64_t groups) {
-  TORCH_CHECK(x.is_cuda() && w.is_cuda(), "causalconv: CUDA tensors expected");
-  TORCH_CHECK(x.dim() == 3, "causalconv: x must be (B, C, L), got ", x.sizes());
-  TORCH_CHECK(w.dim() == 3, "causalconv: weight must be (C_out, C_in/groups, K), got ", w.sizes());
-  TORCH_CHECK(x.scalar_type() == w.scalar_type(), "causalconv: x and weight dtypes differ: ", x.scalar_type(), " vs ",
-              w.scalar_type());
-  TORCH_CHECK(x.get_device() == w.get_device(), "causalconv: x and weight are on different devices");
-  TORCH_CHECK(dilation >= 1 && groups >= 1, "causalconv: dilation and groups must be >= 1");
-  TORCH_CHECK(x.size(1) == w.size(1) * groups, "causalconv: x has ", x.size(1), " channels, weight expects ",
-              w.size(1) * groups);
-  TORCH_CHECK(w.size(0) % groups == 0, "causalconv: C_out ", w.size(0), " not divisible by groups ", groups);
-  TORCH_CHECK(w.size(2) >= 1, "causalconv: kernel size must be >= 1");
-  TORCH_CHECK((w.size(2) - 1) * dilation <= INT32_MAX / 2, "causalconv: (K-1)*dilation too large");
+  CAUSALCONV_CHECK(x.is_cuda() && w.is_cuda(), "causalconv: CUDA tensors expected");
+  CAUSALCONV_CHECK(x.dim() == 3, "causalconv: x must be (B, C, L), got ", x.sizes());
+  CAUSALCONV_CHECK(w.dim() == 3, "causalconv: weight must be (C_out, C_in/groups, K), got ", w.sizes());
+  CAUSALCONV_CHECK(x.scalar_type() == w.scalar_type(), "causalconv: x and weight dtypes differ: ", x.scalar_type(), " vs ",
+                   w.scalar_type());
+  CAUSALCONV_CHECK(x.get_device() == w.get_device(), "causalconv: x and weight are on different devices");
+  CAUSALCONV_CHECK(dilation >= 1 && groups >= 1, "causalconv: dilation and groups must be >= 1");
+  CAUSALCONV_CHECK(x.size(1) == w.size(1) * groups, "causalconv: x has ", x.size(1), " channels, weight expects ",
+                   w.size(1) * groups);
+  CAUSALCONV_CHECK(w.size(0) % groups == 0, "causalconv: C_out ", w.size(0), " not divisible by groups ", groups);
+  CAUSALCONV_CHECK(w.size(2) >= 1, "causalconv: kernel size must be >= 1");
+  CAUSALCONV_CHECK((w.size(2) - 1) * dilation <= INT32_MAX / 2, "causalconv: (K-1)*dilation too large");
   const auto t = x.scalar_type();
-  TORCH_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
-              "causalconv: CUDA kernels support float32, float16, bfloat16; got ", t);
+  CAUSALCONV_CHECK(t == at::kFloat || t == at::kHalf || t == at::kBFloat16,
+                   "causalconv: CUDA kernels support float32, float16, bfloat16; got ", t);
 }
 
 // Forward-style launch: y[b, o, t] = bias + sum w[o, i, k] * x[b, i, t + k*dilation + shift].
@@ -240,7 +240,7 @@ void set_forced_kernel(const std::string& name) {
   else if (name == "wgmma-ra") k = KernelChoice::kWgmmaRegisterA;
   else if (name == "wgmma-window") k = KernelChoice::kWgmmaWindow;
   else if (name == "mma") k = KernelChoice::kMma;
-  else TORCH_CHECK(false, "causalconv: kernel must be one of auto, generic, depthwise, wgmma, wgmma-ra, wgmma-window, mma; got '", name, "'");
+  else CAUSALCONV_CHECK(false, "causalconv: kernel must be one of auto, generic, depthwise, wgmma, wgmma-ra, wgmma-window, mma; got '", name, "'");
   g_forced.store(static_cast<int>(k));
 }
 
@@ -261,10 +261,10 @@ at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const c10::opt
                    int64_t dilation, int64_t groups, int64_t precision) {
   check_common(x, weight, dilation, groups);
   if (bias.has_value() && bias->defined()) {
-    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0), "causalconv: bias must be (C_out,), got ",
-                bias->sizes());
-    TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->get_device() == x.get_device(),
-                "causalconv: bias dtype/device must match x");
+    CAUSALCONV_CHECK(bias->dim() == 1 && bias->size(0) == weight.size(0), "causalconv: bias must be (C_out,), got ",
+                     bias->sizes());
+    CAUSALCONV_CHECK(bias->scalar_type() == x.scalar_type() && bias->get_device() == x.get_device(),
+                     "causalconv: bias dtype/device must match x");
   }
   const c10::cuda::CUDAGuard guard(x.device());
   const int64_t shift = -(weight.size(2) - 1) * dilation;
@@ -273,15 +273,15 @@ at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const c10::opt
 
 at::Tensor input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t dilation, int64_t groups,
                       int64_t precision) {
-  TORCH_CHECK(dy.dim() == 3 && dy.size(1) == weight.size(0), "causalconv: grad_output must be (B, C_out, L)");
+  CAUSALCONV_CHECK(dy.dim() == 3 && dy.size(1) == weight.size(0), "causalconv: grad_output must be (B, C_out, L)");
   const c10::cuda::CUDAGuard guard(dy.device());
   // dx[b, i, t] = sum_{o, k} w[o, i, K-1-k] * dy[b, o, t + k*dilation]: the forward
   // kernels on dy with per-group transposed, tap-reversed weights and no left shift.
   const int64_t C_out = weight.size(0), cin_g = weight.size(1), K = weight.size(2), cout_g = C_out / groups;
-  TORCH_CHECK(weight.dim() == 3 && weight.device() == dy.device() && weight.scalar_type() == dy.scalar_type(),
-              "causalconv: weight must be a (C_out, C_in/groups, K) tensor on grad_output's device and of its dtype; "
-              "got ", weight.sizes(), " ", weight.scalar_type(), " on ", weight.device(), " against grad_output ",
-              dy.scalar_type(), " on ", dy.device());
+  CAUSALCONV_CHECK(weight.dim() == 3 && weight.device() == dy.device() && weight.scalar_type() == dy.scalar_type(),
+                   "causalconv: weight must be a (C_out, C_in/groups, K) tensor on grad_output's device and of its dtype; "
+                   "got ", weight.sizes(), " ", weight.scalar_type(), " on ", weight.device(), " against grad_output ",
+                   dy.scalar_type(), " on ", dy.device());
   const at::Tensor w = weight.contiguous();
   at::Tensor wt = at::empty({groups * cin_g, cout_g, K}, w.options());
   launch_weight_flip(w.data_ptr(), wt.data_ptr(), groups, static_cast<int>(cout_g), static_cast<int>(cin_g),
@@ -292,9 +292,9 @@ at::Tensor input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t di
 
 at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t K, int64_t dilation, int64_t groups,
                        int64_t precision) {
-  TORCH_CHECK(dy_in.is_cuda() && x_in.is_cuda() && dy_in.dim() == 3 && x_in.dim() == 3,
-              "causalconv: weight_grad needs CUDA (B, C, L) tensors");
-  TORCH_CHECK(dy_in.scalar_type() == x_in.scalar_type(), "causalconv: grad_output and x dtypes differ");
+  CAUSALCONV_CHECK(dy_in.is_cuda() && x_in.is_cuda() && dy_in.dim() == 3 && x_in.dim() == 3,
+                   "causalconv: weight_grad needs CUDA (B, C, L) tensors");
+  CAUSALCONV_CHECK(dy_in.scalar_type() == x_in.scalar_type(), "causalconv: grad_output and x dtypes differ");
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
   const int64_t B = x.size(0), C_in = x.size(1), L = x.size(2), C_out = dy.size(1);

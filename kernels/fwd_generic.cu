@@ -251,7 +251,7 @@ bool rows_vectorizable(const ConvParams& p) {
 template <typename T, template <typename, bool> class Kernel, typename Tiling>
 void launch_rows(const ConvParams& p, const Tiling& tl, int64_t blocks, size_t smem, const char* name,
                  cudaStream_t stream) {
-  TORCH_CHECK(blocks <= INT32_MAX, "causalconv: problem too large for one launch of ", name);
+  CAUSALCONV_CHECK(blocks <= INT32_MAX, "causalconv: problem too large for one launch of ", name);
   const auto grid = static_cast<unsigned>(blocks);
   if (rows_vectorizable<T>(p)) {
     Kernel<T, true>::launch(grid, smem, stream, p, tl);
@@ -295,17 +295,17 @@ void launch_fwd_generic(const ConvParams& p, at::ScalarType dtype, cudaStream_t 
     case at::kFloat: return launch_dense<float>(p, stream);
     case at::kHalf: return launch_dense<__half>(p, stream);
     case at::kBFloat16: return launch_dense<__nv_bfloat16>(p, stream);
-    default: TORCH_CHECK(false, "causalconv: generic kernel supports float32, float16, bfloat16; got ", dtype);
+    default: CAUSALCONV_CHECK(false, "causalconv: generic kernel supports float32, float16, bfloat16; got ", dtype);
   }
 }
 
 void launch_fwd_depthwise(const ConvParams& p, at::ScalarType dtype, cudaStream_t stream) {
-  TORCH_CHECK(p.cin_g == 1, "causalconv: depthwise kernel needs one input channel per group");
+  CAUSALCONV_CHECK(p.cin_g == 1, "causalconv: depthwise kernel needs one input channel per group");
   switch (dtype) {
     case at::kFloat: return launch_depthwise<float>(p, stream);
     case at::kHalf: return launch_depthwise<__half>(p, stream);
     case at::kBFloat16: return launch_depthwise<__nv_bfloat16>(p, stream);
-    default: TORCH_CHECK(false, "causalconv: depthwise kernel supports float32, float16, bfloat16; got ", dtype);
+    default: CAUSALCONV_CHECK(false, "causalconv: depthwise kernel supports float32, float16, bfloat16; got ", dtype);
   }
 }
 

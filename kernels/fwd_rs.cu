@@ -289,9 +289,9 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   using Tr = FwdRsTraits<MI, Bufs>;
   const int smem_limit = max_smem_optin();
   FwdRsPlan pl = make_plan<MI, Bufs>(p, smem_limit);
-  TORCH_CHECK(pl.slots >= 2, "causalconv: no register-A forward pipeline fits dilation ", p.dilation);
-  TORCH_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
-              "causalconv: problem too large for 32-bit TMA coordinates");
+  CAUSALCONV_CHECK(pl.slots >= 2, "causalconv: no register-A forward pipeline fits dilation ", p.dilation);
+  CAUSALCONV_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
+                   "causalconv: problem too large for 32-bit TMA coordinates");
   const size_t smem =
       static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(Tr::kRaw) * pl.raw_bytes + Tr::kBarrierBytes + 1024;
 
@@ -326,7 +326,7 @@ bool fwd_rs_supports(const ConvParams& p, at::ScalarType dtype) {
 // length plus a fixed per-tile cost, as fwd_tma.cu picks; 256 steps (two instructions per
 // warpgroup and k-step) or 128.
 void launch_fwd_rs(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream) {
-  TORCH_CHECK(fwd_rs_supports(p, dtype), "causalconv: the register-A TMA forward is for TF32 float32 only");
+  CAUSALCONV_CHECK(fwd_rs_supports(p, dtype), "causalconv: the register-A TMA forward is for TF32 float32 only");
   const int64_t cost256 = ceil_div(tc::rs_tile_count(p, 256), sms) * (256 + 32);
   const int64_t cost128 = ceil_div(tc::rs_tile_count(p, 128), sms) * (128 + 32);
   const bool deep = tc::fragment_depth() == 4;

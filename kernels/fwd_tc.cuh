@@ -417,8 +417,8 @@ void launch(const ConvParams& p, cudaStream_t stream) {
   const int smem_limit = max_smem_optin();
   FwdPlan plan = make_plan<T, P, BN>(p, smem_limit);
   const size_t smem = 2 * static_cast<size_t>(plan.stage_bytes) + 1024;
-  TORCH_CHECK(smem <= static_cast<size_t>(smem_limit), "causalconv: tensor-core tile needs ", smem,
-              " bytes of shared memory, device allows ", smem_limit, "; dilation too large for this kernel");
+  CAUSALCONV_CHECK(smem <= static_cast<size_t>(smem_limit), "causalconv: tensor-core tile needs ", smem,
+                   " bytes of shared memory, device allows ", smem_limit, "; dilation too large for this kernel");
 
   // The image lives in this stream's scratch buffer (no allocation per call); the lease
   // is held until the conv kernel that reads it has been enqueued.
@@ -431,7 +431,7 @@ void launch(const ConvParams& p, cudaStream_t stream) {
   plan.w_lo = lo;
 
   const int64_t blocks = static_cast<int64_t>(plan.n_ot) * p.groups * ceil_div(p.L, Tr::kBM) * p.B;
-  TORCH_CHECK(blocks <= INT32_MAX, "causalconv: problem too large for one tensor-core launch");
+  CAUSALCONV_CHECK(blocks <= INT32_MAX, "causalconv: problem too large for one tensor-core launch");
   auto kernel = fwd_kernel<T, P, BN, E>;
   allow_max_smem<KernelTag<T, P, BN, E>>(kernel);
   kernel<<<static_cast<unsigned>(blocks), Tr::kThreads, smem, stream>>>(p, plan);

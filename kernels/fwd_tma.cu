@@ -555,12 +555,12 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
       kSplit ? Precision::kTF32x3 : (std::is_same_v<T, float> ? Precision::kTF32 : Precision::kNative);
   const int smem_limit = max_smem_optin();
   FwdTmaPlan pl = make_plan<T, N, kSplit>(p, smem_limit);
-  TORCH_CHECK(pl.slots >= 2, "causalconv: no TMA forward pipeline fits dilation ", p.dilation);
-  TORCH_CHECK(p.csplits == 1 || (!Tr::kStaged && p.ws != nullptr && (pl.ic_per * (p.csplits - 1) < pl.n_ic)),
-              "causalconv: a channel split of ", p.csplits, " needs fp32, a workspace and a chunk per split");
-  TORCH_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.C_out <= INT32_MAX &&
-                  p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
-              "causalconv: problem too large for 32-bit TMA coordinates");
+  CAUSALCONV_CHECK(pl.slots >= 2, "causalconv: no TMA forward pipeline fits dilation ", p.dilation);
+  CAUSALCONV_CHECK(p.csplits == 1 || (!Tr::kStaged && p.ws != nullptr && (pl.ic_per * (p.csplits - 1) < pl.n_ic)),
+                   "causalconv: a channel split of ", p.csplits, " needs fp32, a workspace and a chunk per split");
+  CAUSALCONV_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.C_out <= INT32_MAX &&
+                       p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
+                   "causalconv: problem too large for 32-bit TMA coordinates");
   const size_t smem = static_cast<size_t>(pl.slots) * Tr::kSlotBytes + static_cast<size_t>(Tr::kTiles) * pl.tile_bytes +
                       static_cast<size_t>(pl.nraw) * pl.raw_bytes + Tr::kStageBytes + Tr::kBarrierBytes + 1024;
 
@@ -667,12 +667,12 @@ int fwd_tma_channel_splits(const ConvParams& p, at::ScalarType dtype, int sms) {
 }
 
 void launch_fwd_tma(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream) {
-  TORCH_CHECK(fwd_tma_supports(p, dtype), "causalconv: the TMA forward does not cover this configuration");
+  CAUSALCONV_CHECK(fwd_tma_supports(p, dtype), "causalconv: the TMA forward does not cover this configuration");
   switch (dtype) {
     case at::kFloat: return tc::launch_typed<float>(p, dtype, sms, stream);
     case at::kHalf: return tc::launch_typed<__half>(p, dtype, sms, stream);
     case at::kBFloat16: return tc::launch_typed<__nv_bfloat16>(p, dtype, sms, stream);
-    default: TORCH_CHECK(false, "causalconv: the TMA forward supports float32, float16, bfloat16; got ", dtype);
+    default: CAUSALCONV_CHECK(false, "causalconv: the TMA forward supports float32, float16, bfloat16; got ", dtype);
   }
 }
 

@@ -30,7 +30,7 @@ void launch_split_reduce(const float* ws, void* out, int64_t n, int splits, at::
     case at::kBFloat16:
       reduce_kernel<__nv_bfloat16><<<blocks, threads, 0, stream>>>(ws, static_cast<__nv_bfloat16*>(out), n, splits);
       break;
-    default: TORCH_CHECK(false, "causalconv: split reductions support float32, float16, bfloat16 outputs; got ", dtype);
+    default: CAUSALCONV_CHECK(false, "causalconv: split reductions support float32, float16, bfloat16 outputs; got ", dtype);
   }
   CAUSALCONV_CHECK_LAUNCH("conv_split_reduce");
 }

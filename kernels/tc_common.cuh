@@ -194,7 +194,7 @@ void allow_max_smem(Kernel kernel) {
   static int configured[64] = {0};
   int dev = 0;
   CAUSALCONV_CUDA_CHECK(cudaGetDevice(&dev));
-  TORCH_CHECK(dev < 64, "causalconv: device index ", dev, " out of range");
+  CAUSALCONV_CHECK(dev < 64, "causalconv: device index ", dev, " out of range");
   if (!configured[dev]) {
     int optin = 0;
     CAUSALCONV_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -211,7 +211,7 @@ inline int fragment_depth() {
   const char* v = std::getenv("CAUSALCONV_FRAGMENT_DEPTH");
   if (v == nullptr || *v == '\0') return 2;
   const int d = std::atoi(v);
-  TORCH_CHECK(d == 2 || d == 4, "causalconv: CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4, got '", v, "'");
+  CAUSALCONV_CHECK(d == 2 || d == 4, "causalconv: CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4, got '", v, "'");
   return d;
 }
 
@@ -222,7 +222,7 @@ inline int consumer_skew() {
   const char* v = std::getenv("CAUSALCONV_CONSUMER_SKEW");
   if (v == nullptr || *v == '\0') return 0;
   const int s = std::atoi(v);
-  TORCH_CHECK(s >= 0 && s <= 64, "causalconv: CAUSALCONV_CONSUMER_SKEW must be 0 to 64 taps, got '", v, "'");
+  CAUSALCONV_CHECK(s >= 0 && s <= 64, "causalconv: CAUSALCONV_CONSUMER_SKEW must be 0 to 64 taps, got '", v, "'");
   return s;
 }
 
@@ -232,7 +232,7 @@ inline int consumer_skew() {
 inline bool channel_split_enabled() {
   const char* v = std::getenv("CAUSALCONV_CHANNEL_SPLIT");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
-  TORCH_CHECK(std::strcmp(v, "0") == 0, "causalconv: CAUSALCONV_CHANNEL_SPLIT must be 0 or 1, got '", v, "'");
+  CAUSALCONV_CHECK(std::strcmp(v, "0") == 0, "causalconv: CAUSALCONV_CHANNEL_SPLIT must be 0 or 1, got '", v, "'");
   return false;
 }
 

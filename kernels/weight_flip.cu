@@ -46,7 +46,7 @@ void launch_weight_flip(const void* w, void* wt, int64_t groups, int cout_g, int
       weight_flip_kernel<uint16_t><<<blocks, threads, 0, stream>>>(static_cast<const uint16_t*>(w),
                                                                     static_cast<uint16_t*>(wt), n, cout_g, cin_g, K);
       break;
-    default: TORCH_CHECK(false, "causalconv: weights of ", elem_size, "-byte elements are not supported on CUDA");
+    default: CAUSALCONV_CHECK(false, "causalconv: weights of ", elem_size, "-byte elements are not supported on CUDA");
   }
   CAUSALCONV_CHECK_LAUNCH("conv_weight_flip");
 }

@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) wgrad_kernel(WgradParams p, Plan pl)
 template <typename T, int KG>
 void launch_taps(const WgradParams& p, const Plan& pl, cudaStream_t stream) {
   const int64_t blocks = pl.n_tiles * pl.splits;
-  TORCH_CHECK(blocks <= INT32_MAX, "causalconv: weight-gradient problem too large for one launch");
+  CAUSALCONV_CHECK(blocks <= INT32_MAX, "causalconv: weight-gradient problem too large for one launch");
   const size_t smem = sizeof(float) * kCB * pl.xrow;
   wgrad_kernel<T, KG><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p, pl);
   CAUSALCONV_CHECK_LAUNCH("conv_wgrad_generic");
@@ -168,7 +168,7 @@ void launch_typed(const WgradParams& p, const Plan& pl, cudaStream_t stream) {
     case 6: return launch_taps<T, 6>(p, pl, stream);
     case 7: return launch_taps<T, 7>(p, pl, stream);
     default:
-      TORCH_CHECK(pl.kg == kMaxTaps, "causalconv: weight-gradient tap group of ", pl.kg, " taps");
+      CAUSALCONV_CHECK(pl.kg == kMaxTaps, "causalconv: weight-gradient tap group of ", pl.kg, " taps");
       return launch_taps<T, kMaxTaps>(p, pl, stream);
   }
 }
@@ -179,12 +179,12 @@ int wgrad_generic_splits(const WgradParams& p, int sm_count) { return make_plan(
 
 void launch_wgrad_generic(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream) {
   const Plan pl = make_plan(p, sm_count);
-  TORCH_CHECK(p.splits == pl.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ", pl.splits);
+  CAUSALCONV_CHECK(p.splits == pl.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ", pl.splits);
   switch (dtype) {
     case at::kFloat: return launch_typed<float>(p, pl, stream);
     case at::kHalf: return launch_typed<__half>(p, pl, stream);
     case at::kBFloat16: return launch_typed<__nv_bfloat16>(p, pl, stream);
-    default: TORCH_CHECK(false, "causalconv: weight gradient supports float32, float16, bfloat16; got ", dtype);
+    default: CAUSALCONV_CHECK(false, "causalconv: weight gradient supports float32, float16, bfloat16; got ", dtype);
   }
 }
 

@@ -278,7 +278,7 @@ template <class Shape>
 RsPlan make_plan(const WgradParams& p, int sm_count) {
   using Tr = RsTraits<Shape>;
   RsPlan pl{};
-  TORCH_CHECK(pick_rows<Tr>(p, pl), "causalconv: no register-A weight-gradient tile fits dilation ", p.dilation);
+  CAUSALCONV_CHECK(pick_rows<Tr>(p, pl), "causalconv: no register-A weight-gradient tile fits dilation ", p.dilation);
   pl.n_kt = static_cast<int>(ceil_div(p.K, pl.taps));
   pl.n_ct = static_cast<int>(ceil_div(p.cin_g, pl.ch));
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kN));
@@ -312,13 +312,13 @@ template <class Shape>
 void launch(const WgradParams& p, const RsPlan& pl, cudaStream_t stream) {
   using Tr = RsTraits<Shape>;
   const size_t smem = static_cast<size_t>(pl.slots) * pl.slot_bytes + Tr::kBarrierBytes + 1024;
-  TORCH_CHECK(pl.slots >= 2 && smem <= static_cast<size_t>(max_smem_optin()),
-              "causalconv: register-A weight-gradient pipeline needs 2 slots of ", pl.slot_bytes, " bytes");
+  CAUSALCONV_CHECK(pl.slots >= 2 && smem <= static_cast<size_t>(max_smem_optin()),
+                   "causalconv: register-A weight-gradient pipeline needs 2 slots of ", pl.slot_bytes, " bytes");
   const int64_t blocks = pl.split.n_tiles * pl.split.splits;
   const int64_t C_out = static_cast<int64_t>(p.groups) * p.cout_g, C_in = static_cast<int64_t>(p.groups) * p.cin_g;
-  TORCH_CHECK(blocks <= INT32_MAX && pl.split.units <= INT32_MAX && p.B * std::max(C_out, C_in) <= INT32_MAX &&
-                  p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
-              "causalconv: weight-gradient problem too large for 32-bit TMA coordinates");
+  CAUSALCONV_CHECK(blocks <= INT32_MAX && pl.split.units <= INT32_MAX && p.B * std::max(C_out, C_in) <= INT32_MAX &&
+                       p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
+                   "causalconv: weight-gradient problem too large for 32-bit TMA coordinates");
   const CUtensorMap map_dy = make_row_tensor_map(p.dy, at::kFloat, p.B * C_out, p.L, Tr::kCT, Tr::kN, true);
   const CUtensorMap map_x = make_row_tensor_map(p.x, at::kFloat, p.B * C_in, p.L, pl.window, pl.ch, false);
   auto kernel = wgrad_rs_kernel<Shape>;
@@ -340,12 +340,12 @@ int wgrad_rs_splits(const WgradParams& p, int sm_count) {
 }
 
 void launch_wgrad_rs(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream) {
-  TORCH_CHECK(wgrad_rs_supports(p, dtype), "causalconv: the register-A weight gradient is for TF32 float32 only");
+  CAUSALCONV_CHECK(wgrad_rs_supports(p, dtype), "causalconv: the register-A weight gradient is for TF32 float32 only");
   tc::with_shape(tc::choose_shape(p), [&](auto shape) {
     using Shape = decltype(shape);
     const tc::RsPlan pl = tc::make_plan<Shape>(p, sm_count);
-    TORCH_CHECK(p.splits == pl.split.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ",
-                pl.split.splits);
+    CAUSALCONV_CHECK(p.splits == pl.split.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ",
+                     pl.split.splits);
     tc::launch<Shape>(p, pl, stream);
     return 0;
   });

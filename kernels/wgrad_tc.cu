@@ -355,11 +355,11 @@ ForcedWgradTile forced_wgrad_tile(const WgradParams& p) {
   }
   char tail = 0;
   const int n = std::sscanf(v, "%d,%d%c", &f.taps, &f.ca, &tail);
-  TORCH_CHECK(n == 2 && f.taps >= 1 && f.taps <= 4 && (f.ca == 1 || f.ca == 2 || f.ca == 4) && f.taps * f.ca <= 4,
-              "causalconv: CAUSALCONV_WGRAD_TILE must be 'columns' or 'taps,blocks' with taps 1-4, blocks 1, "
-              "2 or 4 and taps x blocks <= 4, got '", v, "'");
-  TORCH_CHECK(f.taps <= p.K, "causalconv: CAUSALCONV_WGRAD_TILE=", f.taps, ",", f.ca, " does not fit K = ", p.K,
-              " (taps <= K)");
+  CAUSALCONV_CHECK(n == 2 && f.taps >= 1 && f.taps <= 4 && (f.ca == 1 || f.ca == 2 || f.ca == 4) && f.taps * f.ca <= 4,
+                   "causalconv: CAUSALCONV_WGRAD_TILE must be 'columns' or 'taps,blocks' with taps 1-4, blocks 1, "
+                   "2 or 4 and taps x blocks <= 4, got '", v, "'");
+  CAUSALCONV_CHECK(f.taps <= p.K, "causalconv: CAUSALCONV_WGRAD_TILE=", f.taps, ",", f.ca, " does not fit K = ", p.K,
+                   " (taps <= K)");
   return f;
 }
 
@@ -399,8 +399,8 @@ NTile pick_n_tile_mn(const WgradParams& p) {
       }
     }
   }
-  TORCH_CHECK(forced.taps == 0 || best.n > 0, "causalconv: CAUSALCONV_WGRAD_TILE=", forced.taps, ",", forced.ca,
-              " does not fit K = ", p.K, ", dilation ", p.dilation, " (window <= 256, shared memory)");
+  CAUSALCONV_CHECK(forced.taps == 0 || best.n > 0, "causalconv: CAUSALCONV_WGRAD_TILE=", forced.taps, ",", forced.ca,
+                   " does not fit K = ", p.K, ", dilation ", p.dilation, " (window <= 256, shared memory)");
   return best;
 }
 
@@ -436,13 +436,13 @@ void launch(const WgradParams& p, const WgradPlan& pl, at::ScalarType dtype, cud
   using Tr = WgradTraits<T, Shape>;
   const size_t smem = static_cast<size_t>(Tr::kTiles) * pl.tile_bytes + static_cast<size_t>(pl.slots) * pl.slot_bytes +
                       kBarrierBytes<Tr> + 1024;
-  TORCH_CHECK(pl.slots >= 2 && smem <= static_cast<size_t>(max_smem_optin()),
-              "causalconv: weight-gradient pipeline needs 2 copy slots of ", pl.slot_bytes, " bytes of shared memory");
+  CAUSALCONV_CHECK(pl.slots >= 2 && smem <= static_cast<size_t>(max_smem_optin()),
+                   "causalconv: weight-gradient pipeline needs 2 copy slots of ", pl.slot_bytes, " bytes of shared memory");
   const int64_t blocks = pl.split.n_tiles * pl.split.splits;
   const int64_t C_out = static_cast<int64_t>(p.groups) * p.cout_g, C_in = static_cast<int64_t>(p.groups) * p.cin_g;
-  TORCH_CHECK(blocks <= INT32_MAX && pl.split.units <= INT32_MAX && p.B * std::max(C_out, C_in) <= INT32_MAX &&
-                  p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
-              "causalconv: weight-gradient problem too large for 32-bit TMA coordinates");
+  CAUSALCONV_CHECK(blocks <= INT32_MAX && pl.split.units <= INT32_MAX && p.B * std::max(C_out, C_in) <= INT32_MAX &&
+                       p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
+                   "causalconv: weight-gradient problem too large for 32-bit TMA coordinates");
   const CUtensorMap map_dy = make_row_tensor_map(p.dy, dtype, p.B * C_out, p.L, Tr::kCT, Tr::kBM, true);
   const CUtensorMap map_x = make_row_tensor_map(p.x, dtype, p.B * C_in, p.L, pl.window, pl.it_rows, false);
   auto kernel = wgrad_kernel<T, Shape>;
@@ -464,8 +464,8 @@ auto with_shape(const NTile& nt, F&& f) {
         case 128 * 8 + 2: return f(WgradShape<128, 2, true>{});
         case 192 * 8 + 1: return f(WgradShape<192, 1, true>{});
         default:
-          TORCH_CHECK(nt.n == 256 && nt.ca == 1, "causalconv: no weight-gradient kernel for ", nt.ca, " x ", nt.n,
-                      " columns");
+          CAUSALCONV_CHECK(nt.n == 256 && nt.ca == 1, "causalconv: no weight-gradient kernel for ", nt.ca, " x ", nt.n,
+                           " columns");
           return f(WgradShape<256, 1, true>{});
       }
     }
@@ -487,12 +487,12 @@ int splits_typed(const WgradParams& p, int sm_count) {
 template <typename T>
 void launch_typed(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream) {
   const NTile nt = pick_n_tile(p, sizeof(T));
-  TORCH_CHECK(nt.n > 0, "causalconv: no weight-gradient tile fits dilation ", p.dilation);
+  CAUSALCONV_CHECK(nt.n > 0, "causalconv: no weight-gradient tile fits dilation ", p.dilation);
   with_shape<T>(nt, [&](auto shape) {
     using Shape = decltype(shape);
     const WgradPlan pl = make_plan<T, Shape>(p, nt, sm_count);
-    TORCH_CHECK(p.splits == pl.split.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ",
-                pl.split.splits);
+    CAUSALCONV_CHECK(p.splits == pl.split.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ",
+                     pl.split.splits);
     launch<T, Shape>(p, pl, dtype, stream);
     return 0;
   });
@@ -516,12 +516,12 @@ int wgrad_tc_splits(const WgradParams& p, at::ScalarType dtype, int sm_count) {
 }
 
 void launch_wgrad_tc(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream) {
-  TORCH_CHECK(wgrad_tc_supports(p, dtype), "causalconv: tensor-core weight gradient does not cover this configuration");
+  CAUSALCONV_CHECK(wgrad_tc_supports(p, dtype), "causalconv: tensor-core weight gradient does not cover this configuration");
   switch (dtype) {
     case at::kFloat: return tc::launch_typed<float>(p, dtype, sm_count, stream);
     case at::kHalf: return tc::launch_typed<__half>(p, dtype, sm_count, stream);
     case at::kBFloat16: return tc::launch_typed<__nv_bfloat16>(p, dtype, sm_count, stream);
-    default: TORCH_CHECK(false, "causalconv: weight gradient supports float32, float16, bfloat16; got ", dtype);
+    default: CAUSALCONV_CHECK(false, "causalconv: weight gradient supports float32, float16, bfloat16; got ", dtype);
   }
 }
 

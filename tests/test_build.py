@@ -61,6 +61,17 @@ def test_every_source_is_listed_and_present():
     assert compiled == set(_build._SOURCES), "kernels/ and _build._SOURCES disagree"
 
 
+def test_kernel_checks_format_their_own_numbers():
+    """Every check in kernels/ goes through CAUSALCONV_CHECK (check.h), whose messages never
+    send a number through std::ostream: on the GPU hosts a TORCH_CHECK message holding a
+    number segfaulted inside the extension instead of raising (check.h says why)."""
+    kdir = _build.kernel_dir()
+    offenders = [f"{p.name}:{i}" for p in sorted(kdir.iterdir()) if p.suffix in (".cu", ".cuh", ".h", ".cpp")
+                 and p.name != "check.h" for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if "TORCH_CHECK" in line or "TORCH_INTERNAL_ASSERT" in line or "c10::str(" in line]
+    assert not offenders, f"use CAUSALCONV_CHECK instead: {offenders}"
+
+
 def test_wheel_ships_kernel_sources(tmp_path):
     """A non-editable install must carry the .cu sources the loader compiles."""
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
