@@ -182,9 +182,8 @@ def _conv_backward_cuda(grad_y, x, weight, dilation, groups, precision):
     if not _use_kernels(x):
         return _conv_backward_ref(grad_y, x, weight, dilation, groups, precision)
     prec = _precision.code(precision, x.dtype, (x.shape, weight.shape, dilation, groups, x.device))
-    ext = _build.load()
-    return (ext.input_grad(grad_y, weight, dilation, groups, prec),
-            ext.weight_grad(grad_y, x, weight.shape[-1], dilation, groups, prec))
+    gx, gw = _build.load().backward(grad_y, x, weight, dilation, groups, prec)
+    return gx, gw
 
 
 # ---------------------------------------------------------------------------------------

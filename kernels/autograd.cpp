@@ -75,8 +75,9 @@ struct ConvFwdFunction : public torch::autograd::Function<ConvFwdFunction> {
         gx = out[0];
         gw = out[1];
       } else {
-        gx = input_grad(gy, weight, dilation, groups, code);
-        gw = weight_grad(gy, x, weight.size(2), dilation, groups, code);
+        auto out = causalconv::backward(gy, x, weight, dilation, groups, code);
+        gx = out[0];
+        gw = out[1];
       }
     } else if (need_x) {
       gx = recorded({&gy, &weight})

@@ -17,6 +17,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("dilation"), py::arg("groups"), py::arg("precision"));
   m.def("weight_grad", &causalconv::weight_grad, "gradient w.r.t. weight", py::arg("grad_y"), py::arg("x"),
         py::arg("kernel_size"), py::arg("dilation"), py::arg("groups"), py::arg("precision"));
+  m.def("backward", &causalconv::backward, "gradients w.r.t. x and weight", py::arg("grad_y"), py::arg("x"),
+        py::arg("weight"), py::arg("dilation"), py::arg("groups"), py::arg("precision"));
   m.def("set_forced_kernel", &causalconv::set_forced_kernel, "override the automatic kernel choice");
   m.def("set_poison_outputs", &causalconv::set_poison_outputs, "fill outputs with NaN before each launch (tests)");
   m.def("launch_counts", &causalconv::launch_counts, "launches per kernel family since load");

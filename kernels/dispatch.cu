@@ -6,6 +6,8 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -354,6 +356,69 @@ at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t 
   }
   launch_split_reduce(p.ws, dw.data_ptr(), n, p.splits, dtype, stream);
   return dw;
+}
+
+
+namespace {
+
+// Whether both gradients may run side by side, from CAUSALCONV_BACKWARD_STREAMS (1, the
+// default, or 0: the knob that times the small rows with the gradients one after another).
+bool backward_streams_enabled() {
+  const char* v = std::getenv("CAUSALCONV_BACKWARD_STREAMS");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
+  CAUSALCONV_CHECK(std::strcmp(v, "0") == 0, "causalconv: CAUSALCONV_BACKWARD_STREAMS must be 0 or 1, got '", v, "'");
+  return false;
+}
+
+// A small backward is five short launches in a row (weight flip, weight image, the input
+// gradient's forward; weight gradient, reduction), each on a few multiprocessors while the
+// rest idle: 3x96->160 K5 L1000 took ~60 us as benchmarked (NOTES v19d), about what
+// cuDNN's backward takes there.  Below 2^28 multiply-adds per gradient neither chain fills
+// the GPU, so the weight gradient's runs on a second stream beside the input gradient's.
+// Not while the stream is captured into a graph: a capture keeps one stream.
+bool overlap_gradients(const at::Tensor& x, const at::Tensor& weight) {
+  if (!backward_streams_enabled()) return false;
+  const double macs = static_cast<double>(x.size(0)) * x.size(2) * weight.size(0) * weight.size(1) * weight.size(2);
+  if (macs >= static_cast<double>(1 << 28)) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CAUSALCONV_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream().stream(), &status));
+  return status == cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight, int64_t dilation,
+                                 int64_t groups, int64_t precision) {
+  CAUSALCONV_CHECK(dy.is_cuda() && x.is_cuda() && weight.is_cuda() && dy.dim() == 3 && x.dim() == 3 &&
+                       weight.dim() == 3,
+                   "causalconv: backward needs CUDA (B, C, L) tensors and a (C_out, C_in/groups, K) weight");
+  const c10::cuda::CUDAGuard guard(dy.device());
+  const int64_t K = weight.size(2);
+  if (!overlap_gradients(x, weight))
+    return {input_grad(dy, weight, dilation, groups, precision), weight_grad(dy, x, K, dilation, groups, precision)};
+  const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
+  const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, dy.device().index());
+  // The side stream starts after everything already enqueued on the caller's stream (which
+  // produced dy and x), and the caller's stream goes on only after the side stream's work.
+  // (An event may be destroyed once its waits are enqueued.)
+  const auto order = [](cudaStream_t first, cudaStream_t then) {
+    cudaEvent_t e;
+    CAUSALCONV_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    CAUSALCONV_CUDA_CHECK(cudaEventRecord(e, first));
+    CAUSALCONV_CUDA_CHECK(cudaStreamWaitEvent(then, e, 0));
+    CAUSALCONV_CUDA_CHECK(cudaEventDestroy(e));
+  };
+  order(main.stream(), side.stream());
+  at::Tensor dw;
+  {
+    const c10::cuda::CUDAStreamGuard on_side(side);
+    dw = weight_grad(dy, x, K, dilation, groups, precision);
+  }
+  at::Tensor dx = input_grad(dy, weight, dilation, groups, precision);
+  order(side.stream(), main.stream());
+  // dw was allocated on the side stream; the caller uses it on its own.
+  dw.record_stream(main);
+  return {dx, dw};
 }
 
 }  // namespace causalconv

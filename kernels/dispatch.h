@@ -37,6 +37,10 @@ at::Tensor input_grad(const at::Tensor& dy, const at::Tensor& weight, int64_t di
 at::Tensor weight_grad(const at::Tensor& dy, const at::Tensor& x, int64_t K, int64_t dilation, int64_t groups,
                        int64_t precision);
 
+// Both gradients in one call; small problems run them on two streams (dispatch.cu).
+std::vector<at::Tensor> backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight, int64_t dilation,
+                                 int64_t groups, int64_t precision);
+
 void set_forced_kernel(const std::string& name);
 std::vector<int64_t> launch_counts();
 void set_poison_outputs(bool on);

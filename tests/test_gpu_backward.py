@@ -300,3 +300,52 @@ def test_eager_fast_path_matches_the_operator():
         y_mode = causal_conv1d(x, w, b, 2, 2)
     assert "ConvFwdFunction" not in y_mode.grad_fn.name()
     assert torch.equal(y_mode, y_op)
+
+
+def _small_problem(dtype, gen):
+    x = torch.randn(3, 96, 1000, device=DEV, dtype=dtype, generator=gen)
+    w = torch.randn(160, 96, 5, device=DEV, dtype=dtype, generator=gen)
+    gy = torch.randn(3, 160, 1000, device=DEV, dtype=dtype, generator=gen)
+    return x, w, gy
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_small_backward_on_two_streams_matches_one(dtype, monkeypatch):
+    """A small backward runs its weight gradient on a second stream (dispatch.cu): the
+    gradients must be bitwise those of the one-stream order, and on a caller's own stream
+    both gradients must wait for the kernel there that produced x (a large matmul, so that
+    reading x early would read what the allocator left)."""
+    results = {}
+    for streams in ("0", "1"):
+        monkeypatch.setenv("CAUSALCONV_BACKWARD_STREAMS", streams)
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            x, w, gy = _small_problem(dtype, torch.Generator(device=DEV).manual_seed(1))
+            big = torch.randn(4096, 4096, device=DEV)
+            x = (x + (big @ big).sum().to(dtype) * 0).requires_grad_(True)
+            w.requires_grad_(True)
+            with poisoned_outputs():
+                results[streams] = torch.autograd.grad(causal_conv1d(x, w, dilation=3), [x, w], gy)
+        s.synchronize()
+    for one, two in zip(results["0"], results["1"]):
+        assert torch.isfinite(two).all()
+        assert torch.equal(one, two)
+
+
+def test_small_backward_under_graph_capture(monkeypatch):
+    """A stream being captured keeps both gradients on it; replays match the eager call."""
+    monkeypatch.setenv("CAUSALCONV_BACKWARD_STREAMS", "1")
+    x, w, gy = _small_problem(torch.float32, torch.Generator(device=DEV).manual_seed(2))
+    tf32 = 1  # the precision code the Python layer passes for 'tf32'
+    eager = ext().backward(gy, x, w, 3, 1, tf32)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ext().backward(gy, x, w, 3, 1, tf32)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ext().backward(gy, x, w, 3, 1, tf32)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], eager[0]) and torch.equal(captured[1], eager[1])
