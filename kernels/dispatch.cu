@@ -372,14 +372,18 @@ bool backward_streams_enabled() {
 
 // A small backward is five short launches in a row (weight flip, weight image, the input
 // gradient's forward; weight gradient, reduction), each on a few multiprocessors while the
-// rest idle: 3x96->160 K5 L1000 took ~60 us as benchmarked (NOTES v19d), about what
-// cuDNN's backward takes there.  Below 2^28 multiply-adds per gradient neither chain fills
-// the GPU, so the weight gradient's runs on a second stream beside the input gradient's.
-// Not while the stream is captured into a graph: a capture keeps one stream.
+// rest idle, so the weight gradient's chain runs on a second stream beside the input
+// gradient's.  The second stream costs ~10-15 us of host time per call, so it pays only
+// where the kernels are long enough to hide it.  Measured on an H100 (scripts/bwd_overhead.py,
+// both settings in one process, NOTES v20): 3x96->160 K5 L1000 (2^27.8 multiply-adds per
+// gradient) 59 -> 49 us in bf16, 68 -> 61 us in fp32; 1x256->256 K4 L64 (2^24) 48-55 -> 63-71
+// us in bf16, 52-62 -> 78 us in fp32.  Hence from 2^26 to 2^28 multiply-adds (above that the
+// kernels fill more of the GPU and overlap less; not measured).  Never while the stream is
+// captured into a graph: a capture keeps one stream.
 bool overlap_gradients(const at::Tensor& x, const at::Tensor& weight) {
   if (!backward_streams_enabled()) return false;
   const double macs = static_cast<double>(x.size(0)) * x.size(2) * weight.size(0) * weight.size(1) * weight.size(2);
-  if (macs >= static_cast<double>(1 << 28)) return false;
+  if (macs < static_cast<double>(1 << 26) || macs >= static_cast<double>(1 << 28)) return false;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   CAUSALCONV_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream().stream(), &status));
   return status == cudaStreamCaptureStatusNone;
