@@ -10,6 +10,8 @@
 #include <type_traits>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "check.h"
 #include "conv_params.h"
@@ -29,6 +31,15 @@
     CAUSALCONV_CHECK(err_ == cudaSuccess, "causalconv: ", #expr, " failed: ",         \
                      cudaGetErrorString(err_));                                       \
   } while (0)
+
+// An on/off knob from the environment: on when unset, empty or "1", off at "0", an error
+// naming the variable otherwise.  Read at each call, so that a test may switch it.
+inline bool env_switch(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
+  CAUSALCONV_CHECK(std::strcmp(v, "0") == 0, "causalconv: ", name, " must be 0 or 1, got '", v, "'");
+  return false;
+}
 
 namespace causalconv {
 

@@ -6,8 +6,6 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <string>
 
@@ -358,17 +356,11 @@ at::Tensor weight_grad(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t 
   return dw;
 }
 
-
 namespace {
 
 // Whether both gradients may run side by side, from CAUSALCONV_BACKWARD_STREAMS (1, the
 // default, or 0: the knob that times the small rows with the gradients one after another).
-bool backward_streams_enabled() {
-  const char* v = std::getenv("CAUSALCONV_BACKWARD_STREAMS");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
-  CAUSALCONV_CHECK(std::strcmp(v, "0") == 0, "causalconv: CAUSALCONV_BACKWARD_STREAMS must be 0 or 1, got '", v, "'");
-  return false;
-}
+bool backward_streams_enabled() { return env_switch("CAUSALCONV_BACKWARD_STREAMS"); }
 
 // A small backward is five short launches in a row (weight flip, weight image, the input
 // gradient's forward; weight gradient, reduction), each on a few multiprocessors while the

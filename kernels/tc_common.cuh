@@ -229,12 +229,7 @@ inline int consumer_skew() {
 // Whether the fp32 TMA forward may split a small grid's input channels over several blocks
 // per tile (fwd_tma.cu): yes unless CAUSALCONV_CHANNEL_SPLIT=0, the knob that times a small
 // row without the split (NOTES v19).
-inline bool channel_split_enabled() {
-  const char* v = std::getenv("CAUSALCONV_CHANNEL_SPLIT");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
-  CAUSALCONV_CHECK(std::strcmp(v, "0") == 0, "causalconv: CAUSALCONV_CHANNEL_SPLIT must be 0 or 1, got '", v, "'");
-  return false;
-}
+inline bool channel_split_enabled() { return env_switch("CAUSALCONV_CHANNEL_SPLIT"); }
 
 inline int max_smem_optin() {
   int dev = 0, optin = 0;
