@@ -32,11 +32,12 @@
                      cudaGetErrorString(err_));                                       \
   } while (0)
 
-// An on/off knob from the environment: on when unset, empty or "1", off at "0", an error
-// naming the variable otherwise.  Read at each call, so that a test may switch it.
-inline bool env_switch(const char* name) {
+// An on/off knob from the environment: `unset` when unset or empty, on at "1", off at "0",
+// an error naming the variable otherwise.  Read at each call, so that a test may switch it.
+inline bool env_switch(const char* name, bool unset = true) {
   const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
+  if (v == nullptr || *v == '\0') return unset;
+  if (std::strcmp(v, "1") == 0) return true;
   CAUSALCONV_CHECK(std::strcmp(v, "0") == 0, "causalconv: ", name, " must be 0 or 1, got '", v, "'");
   return false;
 }

@@ -30,12 +30,15 @@
 // while groups j - kBufs + 1 .. j - 1 run, into the registers group j - kBufs read.  Persistent grid, rings running on across tiles,
 // every role walking the same (tile, stage, tap) sequence as in fwd_tma.cu.  The epilogue
 // stores from the accumulators: a warp's store covers 4 output rows x 32 bytes of time.
+// With CAUSALCONV_STREAM_K=1 the last waves' tiles are cut into segments of (chunk, tap)
+// units, a cut tile's tail handing its partial sums to the head (stream_k.cuh).
 #include <ATen/ATen.h>
 
 #include <algorithm>
 
 #include "launchers.h"
 #include "scratch.h"
+#include "stream_k.cuh"
 #include "tc_common.cuh"
 #include "tensor_map.h"
 #include "weight_image.cuh"
@@ -72,7 +75,25 @@ struct FwdRsPlan {
   int slots;       // weight-tap ring depth
   int skew;        // taps consumer warpgroup 1 issues before warpgroup 2 starts (fwd_tma.cu's knob)
   int64_t n_tt, n_tiles;
+  StreamKPlan sk;  // which blocks run which tiles, whole or in segments (stream_k.cuh)
 };
+
+// A segment's units are (input-channel chunk, tap) pairs, unit = ic * K + k, walked stage
+// by stage as a whole tile is: stage j holds chunk j / ngroups and taps k0 .. k0 + nt - 1,
+// of which taps kk_lo .. kk_hi - 1 (counted from k0) fall in the segment.
+struct StageTaps {
+  int ic, k0, kk_lo, kk_hi;
+};
+__device__ __forceinline__ int first_stage(int u, int K, int tpg, int ngroups) { return u / K * ngroups + u % K / tpg; }
+__device__ __forceinline__ StageTaps stage_taps(int j, const Segment& seg, int K, int tpg, int ngroups) {
+  StageTaps st;
+  st.ic = j / ngroups;
+  st.k0 = (j - st.ic * ngroups) * tpg;
+  const int u = st.ic * K + st.k0;
+  st.kk_lo = max(0, seg.u0 - u);
+  st.kk_hi = min(min(tpg, K - st.k0), seg.u1 - u);
+  return st;
+}
 
 template <int MI, int Bufs>
 __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
@@ -92,7 +113,6 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
   auto rawfull = [&](int r) { return bars + 8u * (2 * nslots + r); };
   auto rawempty = [&](int r) { return bars + 8u * (2 * nslots + Tr::kRaw + r); };
   const uint32_t skew_bar = bars + 8u * (2 * nslots + 2 * Tr::kRaw);
-  const int S = pl.n_ic * pl.ngroups;  // stages per tile
 
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
@@ -116,13 +136,18 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
     // weight slot w once the MMAs on its tap retired.
     ptx::tma_prefetch_descriptor(&map_x);
     Ring wr, rr;
-    for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
+    SegmentWalk walk(pl.sk);
+    bool image_ready = false;  // the weight image kernel ahead of this one has finished
+    for (Segment seg; walk.next(pl.sk, seg);) {
+      const int64_t tile = seg.tile;
       const int ot = static_cast<int>(tile % pl.n_ot);
       const int64_t t0 = (tile / pl.n_ot % pl.n_tt) * Tr::kTile, rest = tile / pl.n_ot / pl.n_tt;
       const int g = static_cast<int>(rest % p.groups), b = static_cast<int>(rest / p.groups);
       const int64_t w_tile = (static_cast<int64_t>(g) * pl.n_ot + ot) * pl.n_ic;
-      for (int j = 0; j < S; ++j, rr.next(Tr::kRaw)) {
-        const int ic = j / pl.ngroups, k0 = (j - ic * pl.ngroups) * pl.tpg, nt = min(pl.tpg, p.K - k0);
+      const int j_end = first_stage(seg.u1 - 1, p.K, pl.tpg, pl.ngroups) + 1;
+      for (int j = first_stage(seg.u0, p.K, pl.tpg, pl.ngroups); j < j_end; ++j, rr.next(Tr::kRaw)) {
+        const StageTaps st = stage_taps(j, seg, p.K, pl.tpg, pl.ngroups);
+        const int ic = st.ic, k0 = st.k0;
         ptx::mbar_wait(rawempty(rr.idx), rr.phase ^ 1);
         const int64_t a0 = floor_div(t0 + static_cast<int64_t>(k0) * p.dilation + p.shift, 4) * 4;
         const uint32_t dst = raw_base + rr.idx * pl.raw_bytes;
@@ -131,7 +156,9 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
           ptx::tma_load_3d(dst + h * pl.half_bytes, &map_x, static_cast<int>(a0 + h * Tr::kHalf),
                            g * p.cin_g + ic * Tr::kCI, b, rawfull(rr.idx));
         const int64_t w_off = ((w_tile + ic) * p.K + k0) * Tr::kTapBytes;
-        for (int kk = 0; kk < nt; ++kk, wr.next(nslots)) {
+        if (!image_ready) ptx::griddep_wait();  // after the first window's copy went out
+        image_ready = true;
+        for (int kk = st.kk_lo; kk < st.kk_hi; ++kk, wr.next(nslots)) {
           ptx::mbar_wait(wempty(wr.idx), wr.phase ^ 1);
           ptx::mbar_arrive_expect_tx(wfull(wr.idx), Tr::kTapBytes);
           ptx::bulk_load(base + wr.idx * Tr::kTapBytes, static_cast<const uint8_t*>(pl.w) + w_off + kk * Tr::kTapBytes,
@@ -155,7 +182,9 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
   int prev_w = -1, prev_r = -1;  // in flight: the previous tap's weight slot; the raw buffer of the stage it ended
   int skew_left = c == 0 ? pl.skew : 0;  // as in fwd_tma.cu
   if (c == 1 && pl.skew > 0) ptx::mbar_wait(skew_bar, 0);
-  for (int64_t tile = blockIdx.x; tile < pl.n_tiles; tile += gridDim.x) {
+  SegmentWalk walk(pl.sk);
+  for (Segment seg; walk.next(pl.sk, seg);) {
+    const int64_t tile = seg.tile;
     const int ot = static_cast<int>(tile % pl.n_ot);
     const int64_t t0 = (tile / pl.n_ot % pl.n_tt) * Tr::kTile, rest = tile / pl.n_ot / pl.n_tt;
     const int g = static_cast<int>(rest % p.groups);
@@ -165,13 +194,15 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < Tr::kN / 2; ++i) acc[mi][i] = 0.f;
     }
-    for (int j = 0; j < S; ++j, rr.next(Tr::kRaw)) {
-      const int ic = j / pl.ngroups, k0 = (j - ic * pl.ngroups) * pl.tpg, nt = min(pl.tpg, p.K - k0);
+    const int j_end = first_stage(seg.u1 - 1, p.K, pl.tpg, pl.ngroups) + 1;
+    for (int j = first_stage(seg.u0, p.K, pl.tpg, pl.ngroups); j < j_end; ++j, rr.next(Tr::kRaw)) {
+      const StageTaps st = stage_taps(j, seg, p.K, pl.tpg, pl.ngroups);
+      const int k0 = st.k0;
       const int64_t ws0 = t0 + static_cast<int64_t>(k0) * p.dilation + p.shift;
       const int off = static_cast<int>(ws0 - floor_div(ws0, 4) * 4);
       const uint32_t xw = raw_base + rr.idx * pl.raw_bytes + lane_off + off * 4;
       ptx::mbar_wait(rawfull(rr.idx), rr.phase);
-      for (int kk = 0; kk < nt; ++kk, wr.next(nslots)) {
+      for (int kk = st.kk_lo; kk < st.kk_hi; ++kk, wr.next(nslots)) {
         ptx::mbar_wait(wfull(wr.idx), wr.phase);
         const uint64_t db = ptx::desc_kmajor_sw128(base + wr.idx * Tr::kTapBytes);
         const uint32_t xt = xw + static_cast<uint32_t>(kk * p.dilation) * 4u;
@@ -208,6 +239,11 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
       ptx::mbar_arrive(rawempty(prev_r));
     }
     prev_w = prev_r = -1;
+    if (seg.u0 > 0) {  // a tail: its sums go to the block that runs the tile's head
+      store_partial(pl.sk, c, Tr::kConsumers, acc);
+      continue;
+    }
+    if (seg.u1 < pl.sk.units) add_partial(pl.sk, c, Tr::kConsumers, acc);  // a head
 
     // acc[mi][4jj + e]: time kHalf*c + 64mi + 16q + g (+8 for e >= 2), output channel
     // 8jj + 2cl + (e & 1) of the tile.  Each chunk's bias loads go out before its stores:
@@ -295,10 +331,21 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   const size_t smem =
       static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(Tr::kRaw) * pl.raw_bytes + Tr::kBarrierBytes + 1024;
 
-  // The TF32-rounded image lives in this stream's scratch buffer, leased until the kernel
-  // is enqueued.
-  ScratchLease scratch(static_cast<size_t>(weight_image_elems<float, Tr::kN>(p)) * sizeof(float), stream);
+  const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
+  pl.sk = plan_stream_k(pl.n_tiles, pl.n_ic * p.K, grid, stream_k_enabled());
+
+  // The TF32-rounded image, and Stream-K's partial sums and flags after it, live in this
+  // stream's scratch buffer, leased until the kernel is enqueued.
+  const size_t image_bytes = static_cast<size_t>(weight_image_elems<float, Tr::kN>(p)) * sizeof(float);
+  const size_t sk_bytes = stream_k_bytes(pl.sk, grid, Tr::kConsumers, Tr::kMI * Tr::kN / 2);
+  ScratchLease scratch(image_bytes + sk_bytes, stream);
   float* image = static_cast<float*>(scratch.data());
+  if (sk_bytes > 0) {  // image_bytes is a multiple of a 128 x 32 tap: partials stay 16-byte aligned
+    pl.sk.partials = image + image_bytes / sizeof(float);
+    pl.sk.flags = reinterpret_cast<int*>(pl.sk.partials + grid * Tr::kConsumers * 128 * (Tr::kMI * Tr::kN / 2));
+    // Before the image kernel, so that the forward stays its direct follower (launch_after_image).
+    CAUSALCONV_CUDA_CHECK(cudaMemsetAsync(pl.sk.flags, 0, grid * Tr::kConsumers * sizeof(int), stream));
+  }
   write_weight_image<float, Precision::kTF32, Tr::kN>(p, image, nullptr, stream);
   pl.w = image;
   // At most what warpgroup 1 can issue alone: the weight slots and the first kRaw stages' taps.
@@ -308,11 +355,9 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   pl.skew = std::min({consumer_skew(), pl.slots, first_taps});
 
   const CUtensorMap map_x = make_bcl_tensor_map(p.x, at::kFloat, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
-  const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
   auto kernel = fwd_rs_kernel<MI, Bufs>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
-  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, smem, stream>>>(map_x, p, pl);
-  CAUSALCONV_CHECK_LAUNCH("conv_fwd_rs");
+  launch_after_image(kernel, grid, Tr::kThreads, smem, stream, map_x, p, pl);
 }
 
 }  // namespace

@@ -357,6 +357,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
       ptx::tma_prefetch_descriptor(&map_x);
       const uint32_t raw_bytes = Tr::kCI * pl.window * static_cast<uint32_t>(sizeof(T));
       Ring wr, rr;  // weight-slot ring, raw-window ring
+      bool image_ready = false;  // the weight image kernel ahead of this one has finished
       for (int64_t item = blockIdx.x; item < pl.n_items; item += gridDim.x) {
         const WorkItem tc = decode_item(item, pl, p.groups, N);
         const int64_t w_tile = (static_cast<int64_t>(tc.g) * pl.n_ot + tc.ot) * pl.n_ic;
@@ -371,6 +372,8 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
           ptx::tma_load_3d(raw_base + rr.idx * pl.raw_bytes, &map_x, static_cast<int>(a0),
                            tc.g * p.cin_g + ic * Tr::kCI, static_cast<int>(tc.b), rawfull(rr.idx));
           const int64_t w_off = ((w_tile + ic) * p.K + k0) * Tr::kTapBytes;
+          if (!image_ready) ptx::griddep_wait();  // after the first window's copy went out
+          image_ready = true;
           for (int kk = 0; kk < nt; ++kk, wr.next(nslots)) {
             const uint32_t slot = base + wr.idx * Tr::kSlotBytes;
             const int64_t src = w_off + kk * Tr::kTapBytes;
@@ -595,8 +598,7 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   const int64_t grid = std::min<int64_t>(pl.n_items, sms);
   auto kernel = fwd_tma_kernel<T, N, kSplit>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
-  kernel<<<static_cast<unsigned>(grid), Tr::kThreads, smem, stream>>>(map_x, map_y, p, pl);
-  CAUSALCONV_CHECK_LAUNCH("conv_fwd_tma");
+  launch_after_image(kernel, grid, Tr::kThreads, smem, stream, map_x, map_y, p, pl);
 }
 
 // Time tile: the fewest tile rounds over the multiprocessors, weighted by the tile's

@@ -84,6 +84,38 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4
                : "memory");
 }
 
+// Flags between blocks (sm_70+): a release store publishes the writes ordered before it
+// (for the whole block, after a barrier), an acquire load makes them visible to what
+// follows it.  A barrier over `threads` threads (a multiple of 32) of the block, on
+// hardware barrier `id` (0 is __syncthreads's).
+__device__ __forceinline__ void st_release_gpu(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Programmatic dependent launch (sm_90): a kernel launched with programmatic stream
+// serialization may start before the kernel ahead of it in the stream has finished, and
+// waits in griddep_wait until that kernel has completed and its writes are visible (a no-op
+// when launched normally).  launch_dependents lets such a follower start now rather than at
+// this kernel's end.
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define CAUSALCONV_HAS_WGMMA 1
 

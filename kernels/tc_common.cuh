@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "common.cuh"
 #include "ptx.cuh"
@@ -230,6 +231,35 @@ inline int consumer_skew() {
 // per tile (fwd_tma.cu): yes unless CAUSALCONV_CHANNEL_SPLIT=0, the knob that times a small
 // row without the split (NOTES v19).
 inline bool channel_split_enabled() { return env_switch("CAUSALCONV_CHANNEL_SPLIT"); }
+
+// Whether the raw-window fp32 forward may cut its last waves' tiles into Stream-K segments
+// (fwd_rs.cu, stream_k.cuh): only with CAUSALCONV_STREAM_K=1 until a GPU has run it.
+inline bool stream_k_enabled() { return env_switch("CAUSALCONV_STREAM_K", false); }
+
+// Whether the TMA forwards launch as programmatic dependents of the weight image kernel
+// before them (launch_after_image): only with CAUSALCONV_PDL=1 until a GPU has run it.
+inline bool pdl_enabled() { return env_switch("CAUSALCONV_PDL", false); }
+
+// Launches a TMA forward so that it may start while the weight image kernel ahead of it in
+// the stream finishes (its launch, barrier setup and first x windows overlap that kernel;
+// the producer calls ptx::griddep_wait before its first weight copy).  Everything enqueued
+// before the image kernel has completed when that kernel starts, so the forward may read x
+// at once.  A normal launch when pdl_enabled() is false.
+template <typename... Params, typename... Args>
+void launch_after_image(void (*kernel)(Params...), int64_t grid, int threads, size_t smem, cudaStream_t stream,
+                        Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  CAUSALCONV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
 
 inline int max_smem_optin() {
   int dev = 0, optin = 0;

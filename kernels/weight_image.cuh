@@ -19,6 +19,7 @@ template <typename T, Precision P, int BN>
 __global__ void weight_image_kernel(const T* __restrict__ w, T* __restrict__ hi, T* __restrict__ lo, int cout_g,
                                     int cin_g, int K, int n_ot, int n_ic, int64_t total) {
   constexpr int kCI = kRowElems<T>, kV = kChunkElems<T>;
+  ptx::griddep_launch_dependents();  // the forward after it may start its prologue (launch_after_image)
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t r = e;

@@ -1,8 +1,11 @@
 """sm_90a forward kernels side by side on the benchmark grid, median CUDA-event times with
 L2 flushed, and each one's normwise error against float64.  AB_KERNELS picks them
-(default: the TMA kernel and the register-A one); AB_CASES the dtypes and fp32 precisions
-(default float32:tf32,bfloat16:tf32; float32:ieee times the 3xTF32 split).
-    AB_KERNELS=wgmma,wgmma-ra,mma python scripts/ab_forward.py [B,Cin,Cout,K,d,L ...]"""
+(default: the TMA kernel and the register-A one), each optionally with one environment knob
+set while it runs (kernel@NAME=value: the same kernel with a run-time knob on and off, in one
+process); AB_CASES the dtypes and fp32 precisions (default float32:tf32,bfloat16:tf32;
+float32:ieee times the 3xTF32 split).
+    AB_KERNELS=wgmma,wgmma-ra,mma python scripts/ab_forward.py [B,Cin,Cout,K,d,L ...]
+    AB_KERNELS=auto@CAUSALCONV_STREAM_K=0,auto@CAUSALCONV_STREAM_K=1 python scripts/ab_forward.py"""
 import os
 import sys
 from pathlib import Path
@@ -29,13 +32,19 @@ for shape in shapes:
         n = min(b, 2)  # the float64 check on a batch slice keeps memory small
         exact = causal_conv1d_reference(x[:n].double(), w.double(), bias.double(), d, 1)
         line = f"{shape} {dtype_name if dtype != torch.float32 else precision:9s}"
-        for kernel in os.environ.get("AB_KERNELS", "wgmma,wgmma-ra").split(","):
+        for spec in os.environ.get("AB_KERNELS", "wgmma,wgmma-ra").split(","):
+            kernel, _, knob = spec.partition("@")
+            if knob:
+                name, value = knob.split("=")
+                os.environ[name] = value
             ext.set_forced_kernel(kernel)
             ext.set_poison_outputs(True)
             y = causal_conv1d(x, w, bias, d, 1, precision)
             ext.set_poison_outputs(False)
             err = ((y[:n].double() - exact).norm() / exact.norm()).item()
             ms = time_cuda(lambda: causal_conv1d(x, w, bias, d, 1, precision), min_reps=30, budget_s=0.4)["median_ms"]
-            line += f"  {kernel} {ms:.3f} ms {gflop / ms:.0f} TFLOP/s err {err:.1e}"
+            line += f"  {spec} {ms:.3f} ms {gflop / ms:.0f} TFLOP/s err {err:.1e}"
+            if knob:
+                del os.environ[name]
         ext.set_forced_kernel("auto")
         print(line, flush=True)

@@ -111,7 +111,9 @@ def test_tma_forward_with_skewed_consumers(kernel, skew, dtype, precision, monke
 @pytest.mark.parametrize("kernel,knob,value,message", [
     ("wgmma", "CAUSALCONV_CONSUMER_SKEW", "-1", "CAUSALCONV_CONSUMER_SKEW must be 0 to 64"),
     ("wgmma-window", "CAUSALCONV_FRAGMENT_DEPTH", "3", "CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4"),
-    ("wgmma", "CAUSALCONV_CHANNEL_SPLIT", "2", "CAUSALCONV_CHANNEL_SPLIT must be 0 or 1")])
+    ("wgmma", "CAUSALCONV_CHANNEL_SPLIT", "2", "CAUSALCONV_CHANNEL_SPLIT must be 0 or 1"),
+    ("wgmma-window", "CAUSALCONV_STREAM_K", "yes", "CAUSALCONV_STREAM_K must be 0 or 1"),
+    ("wgmma", "CAUSALCONV_PDL", "2", "CAUSALCONV_PDL must be 0 or 1")])
 def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatch):
     if not ext().has_wgmma():
         pytest.skip("the knobs' kernels need an sm_90 GPU")
@@ -143,6 +145,39 @@ def test_fp32_channel_split(precision, monkeypatch):
         _check(x, w, bias, dilation, groups, precision, f"split {b}x{c_in}->{c_out} K={k} d={dilation} g={groups}")
         runs = [causal_conv1d(x, w, bias, dilation, groups, precision) for _ in range(2)]
         assert torch.equal(runs[0], runs[1]), "channel-split forward differs between identical runs"
+
+
+def test_fp32_stream_k(monkeypatch):
+    """The raw-window TF32 forward cuts its last waves' tiles into segments along the
+    reduction (stream_k.cuh), the head of a tile adding the tail's partial sums that the next
+    block stored.  Shapes sized from this GPU's multiprocessor count so that the split
+    engages: one wave and a few tiles more (nearly every tile cut), two waves and more (whole
+    tiles, then segments), K = 5 (segments starting inside a stage of 4 taps), a partial input
+    chunk, partial output and time tiles, groups, dilation, bias.  Against float64, bitwise
+    equal between runs, and not bitwise equal to whole tiles (which add in another order): the
+    evidence that the segments ran."""
+    if not ext().has_wgmma():
+        pytest.skip("the raw-window forward needs an sm_90 GPU")
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    seed = 3500
+    with forced_kernel("wgmma-window"):
+        # tiles = ceil(c_out / groups / 128) * ceil(L / 256) * groups * B
+        for b, c_in, c_out, k, dilation, groups, length in (
+                (sms // 8 + 1, 128, 128, 4, 1, 1, 2048), (sms // 8 + 1, 100, 192, 5, 3, 1, 1000),
+                (sms // 32 + 1, 256, 256, 3, 2, 2, 4096), (2 * sms // 10 + 1, 128, 128, 4, 1, 1, 2560)):
+            seed += 1
+            label = f"stream-K {b}x{c_in}->{c_out} K={k} d={dilation} g={groups} L={length}"
+            x = make_x((b, c_in, length), torch.float32, DEV, "contiguous", seed)
+            w, bias = _weights(c_out, c_in // groups, k, torch.float32, True, seed)
+            monkeypatch.setenv("CAUSALCONV_STREAM_K", "1")
+            _check(x, w, bias, dilation, groups, "tf32", label)
+            runs = [causal_conv1d(x, w, bias, dilation, groups, "tf32") for _ in range(2)]
+            assert torch.equal(runs[0], runs[1]), f"{label}: differs between identical runs"
+            monkeypatch.setenv("CAUSALCONV_STREAM_K", "0")
+            whole = causal_conv1d(x, w, bias, dilation, groups, "tf32")
+            assert not torch.equal(runs[0], whole), f"{label}: no tile was cut (same sums as whole tiles)"
+            assert_close(whole, exact_forward(x, w, bias, dilation, groups, "tf32"), torch.float32, "tf32",
+                         label=label + " whole tiles", terms=w.shape[1] * w.shape[2])
 
 
 @pytest.mark.parametrize("c_in,c_out,groups", [(3, 5, 1), (96, 160, 1), (257, 257, 1), (16, 16, 1), (64, 64, 64),
@@ -259,6 +294,51 @@ def test_automatic_choice_on_default_problem():
         causal_conv1d(x, w)
     expected = "wgmma" if ext().has_wgmma() else "mma"
     assert n[expected] == 1 and sum(n.values()) == 1, n
+
+
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+def test_forward_as_dependent_launch(dtype, precision, monkeypatch):
+    """CAUSALCONV_PDL=1 launches the TMA forwards as programmatic dependents of the weight
+    image kernel (they start before it ends and wait for it before their first weight copy).
+    The same kernels add in the same order, so the output must be bitwise equal to a normal
+    launch's, on a user stream right after a matmul that produced x and the weights, with
+    Stream-K on (its flags are zeroed before the image kernel), and in a replayed CUDA graph."""
+    if not ext().has_wgmma():
+        pytest.skip("the TMA forwards need an sm_90 GPU")
+    monkeypatch.setenv("CAUSALCONV_STREAM_K", "1")
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    s = torch.cuda.Stream()
+    for seed, (b, c_in, c_out, k, dilation, length) in enumerate(((2, 256, 256, 4, 1, 8192),
+                                                                  (sms // 8 + 1, 128, 128, 5, 2, 2048))):
+        x0 = make_x((b, c_in, length), dtype, DEV, "contiguous", 4000 + seed)
+        w0, bias = _weights(c_out, c_in, k, dtype, True, 4000 + seed)
+        eye_x = torch.eye(c_in, device=DEV, dtype=dtype)
+        eye_w = torch.eye(c_out, device=DEV, dtype=dtype)
+        outs = {}
+        for pdl in ("0", "1"):
+            monkeypatch.setenv("CAUSALCONV_PDL", pdl)
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                # x and the weights come from kernels just queued on the same stream
+                x = torch.matmul(eye_x, x0)
+                w = torch.matmul(eye_w, w0.flatten(1)).view_as(w0)
+                with poisoned_outputs():
+                    outs[pdl] = causal_conv1d(x, w, bias, dilation, 1, precision)
+            torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        label = f"PDL {b}x{c_in}->{c_out} K={k} d={dilation} L={length}"
+        assert torch.equal(outs["0"], outs["1"]), f"{label}: dependent launch changed the output"
+        assert_close(outs["1"], exact_forward(x0, w0, bias, dilation, 1, precision), dtype, precision, label=label,
+                     terms=c_in * k)
+        graph = torch.cuda.CUDAGraph()
+        static_x = x0.clone()
+        with torch.cuda.graph(graph):
+            static_y = causal_conv1d(static_x, w0, bias, dilation, 1, precision)
+        static_x.copy_(torch.flip(x0, dims=[2]))
+        graph.replay()
+        torch.cuda.synchronize()
+        monkeypatch.setenv("CAUSALCONV_PDL", "0")
+        assert torch.equal(static_y, causal_conv1d(static_x, w0, bias, dilation, 1, precision)), f"{label}: graph replay"
 
 
 def test_cuda_graph_capture_and_current_stream():
