@@ -1,8 +1,8 @@
 """sm_90a forward kernels side by side on the benchmark grid, median CUDA-event times with
 L2 flushed, and each one's normwise error against float64.  AB_KERNELS picks them
-(default: the TMA kernel and the register-A one), each optionally with one environment knob
-set while it runs (kernel@NAME=value: the same kernel with a run-time knob on and off, in one
-process); AB_CASES the dtypes and fp32 precisions (default float32:tf32,bfloat16:tf32;
+(default: the TMA kernel and the register-A one), each optionally with environment knobs
+set while it runs (kernel@NAME=value+NAME2=value: the same kernel with run-time knobs on and
+off, in one process); AB_CASES the dtypes and fp32 precisions (default float32:tf32,bfloat16:tf32;
 float32:ieee times the 3xTF32 split).
     AB_KERNELS=wgmma,wgmma-ra,mma python scripts/ab_forward.py [B,Cin,Cout,K,d,L ...]
     AB_KERNELS=auto@CAUSALCONV_STREAM_K=0,auto@CAUSALCONV_STREAM_K=1 python scripts/ab_forward.py"""
@@ -33,9 +33,9 @@ for shape in shapes:
         exact = causal_conv1d_reference(x[:n].double(), w.double(), bias.double(), d, 1)
         line = f"{shape} {dtype_name if dtype != torch.float32 else precision:9s}"
         for spec in os.environ.get("AB_KERNELS", "wgmma,wgmma-ra").split(","):
-            kernel, _, knob = spec.partition("@")
-            if knob:
-                name, value = knob.split("=")
+            kernel, _, knobs = spec.partition("@")
+            knobs = [knob.split("=") for knob in knobs.split("+") if knob]
+            for name, value in knobs:
                 os.environ[name] = value
             ext.set_forced_kernel(kernel)
             ext.set_poison_outputs(True)
@@ -44,7 +44,7 @@ for shape in shapes:
             err = ((y[:n].double() - exact).norm() / exact.norm()).item()
             ms = time_cuda(lambda: causal_conv1d(x, w, bias, d, 1, precision), min_reps=30, budget_s=0.4)["median_ms"]
             line += f"  {spec} {ms:.3f} ms {gflop / ms:.0f} TFLOP/s err {err:.1e}"
-            if knob:
+            for name, _ in knobs:
                 del os.environ[name]
         ext.set_forced_kernel("auto")
         print(line, flush=True)
