@@ -30,8 +30,8 @@
 // while groups j - kBufs + 1 .. j - 1 run, into the registers group j - kBufs read.  Persistent grid, rings running on across tiles,
 // every role walking the same (tile, stage, tap) sequence as in fwd_tma.cu.  The epilogue
 // stores from the accumulators: a warp's store covers 4 output rows x 32 bytes of time.
-// The last waves' tiles are cut into segments of (chunk, tap) units, a cut tile's tail
-// handing its partial sums to the head (stream_k.cuh; CAUSALCONV_STREAM_K=0 keeps them whole).
+// With CAUSALCONV_STREAM_K=1 the last waves' tiles are cut into segments of (chunk, tap)
+// units, a cut tile's tail handing its partial sums to the head (stream_k.cuh).
 #include <ATen/ATen.h>
 
 #include <algorithm>

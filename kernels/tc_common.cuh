@@ -233,14 +233,13 @@ inline int consumer_skew() {
 inline bool channel_split_enabled() { return env_switch("CAUSALCONV_CHANNEL_SPLIT"); }
 
 // Whether the raw-window fp32 forward may cut its last waves' tiles into Stream-K segments
-// (fwd_rs.cu, stream_k.cuh): yes unless CAUSALCONV_STREAM_K=0, the knob that times it
-// against whole tiles.
-inline bool stream_k_enabled() { return env_switch("CAUSALCONV_STREAM_K"); }
+// (fwd_rs.cu, stream_k.cuh): only with CAUSALCONV_STREAM_K=1 until a GPU has run it (no
+// device machine could be started in the session that wrote it).
+inline bool stream_k_enabled() { return env_switch("CAUSALCONV_STREAM_K", false); }
 
 // Whether the TMA forwards launch as programmatic dependents of the weight image kernel
-// before them (launch_after_image): yes unless CAUSALCONV_PDL=0, the knob that times it
-// against normal launches.
-inline bool pdl_enabled() { return env_switch("CAUSALCONV_PDL"); }
+// before them (launch_after_image): only with CAUSALCONV_PDL=1 until a GPU has run it.
+inline bool pdl_enabled() { return env_switch("CAUSALCONV_PDL", false); }
 
 // Launches a TMA forward so that it may start while the weight image kernel ahead of it in
 // the stream finishes (its launch, barrier setup and first x windows overlap that kernel;
