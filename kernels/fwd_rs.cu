@@ -240,10 +240,10 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
     }
     prev_w = prev_r = -1;
     if (seg.u0 > 0) {  // a tail: its sums go to the block that runs the tile's head
-      store_partial(pl.sk, c, Tr::kConsumers, acc);
+      store_partial(pl.sk, c, acc);
       continue;
     }
-    if (seg.u1 < pl.sk.units) add_partial(pl.sk, c, Tr::kConsumers, acc);  // a head
+    if (seg.u1 < pl.sk.units) add_partial(pl.sk, c, acc);  // a head
 
     // acc[mi][4jj + e]: time kHalf*c + 64mi + 16q + g (+8 for e >= 2), output channel
     // 8jj + 2cl + (e & 1) of the tile.  Each chunk's bias loads go out before its stores:
@@ -332,20 +332,17 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
       static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(Tr::kRaw) * pl.raw_bytes + Tr::kBarrierBytes + 1024;
 
   const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
-  pl.sk = plan_stream_k(pl.n_tiles, pl.n_ic * p.K, grid, stream_k_enabled());
+  pl.sk = plan_stream_k(pl.n_tiles, pl.n_ic * p.K, grid, Tr::kConsumers, Tr::kMI * Tr::kN / 2, stream_k_enabled());
 
   // The TF32-rounded image, and Stream-K's partial sums and flags after it, live in this
-  // stream's scratch buffer, leased until the kernel is enqueued.
+  // stream's scratch buffer, leased until the kernel is enqueued.  The flags are zeroed
+  // before the image kernel, so that the forward stays its direct follower
+  // (launch_after_image); image_bytes is a multiple of one 16 KB tap, so the partials stay
+  // 16-byte aligned.
   const size_t image_bytes = static_cast<size_t>(weight_image_elems<float, Tr::kN>(p)) * sizeof(float);
-  const size_t sk_bytes = stream_k_bytes(pl.sk, grid, Tr::kConsumers, Tr::kMI * Tr::kN / 2);
-  ScratchLease scratch(image_bytes + sk_bytes, stream);
+  ScratchLease scratch(image_bytes + pl.sk.workspace_bytes(), stream);
   float* image = static_cast<float*>(scratch.data());
-  if (sk_bytes > 0) {  // image_bytes is a multiple of a 128 x 32 tap: partials stay 16-byte aligned
-    pl.sk.partials = image + image_bytes / sizeof(float);
-    pl.sk.flags = reinterpret_cast<int*>(pl.sk.partials + grid * Tr::kConsumers * 128 * (Tr::kMI * Tr::kN / 2));
-    // Before the image kernel, so that the forward stays its direct follower (launch_after_image).
-    CAUSALCONV_CUDA_CHECK(cudaMemsetAsync(pl.sk.flags, 0, grid * Tr::kConsumers * sizeof(int), stream));
-  }
+  attach_stream_k_workspace(pl.sk, image + image_bytes / sizeof(float), stream);
   write_weight_image<float, Precision::kTF32, Tr::kN>(p, image, nullptr, stream);
   pl.w = image;
   // At most what warpgroup 1 can issue alone: the weight slots and the first kRaw stages' taps.
@@ -357,7 +354,7 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   const CUtensorMap map_x = make_bcl_tensor_map(p.x, at::kFloat, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
   auto kernel = fwd_rs_kernel<MI, Bufs>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
-  launch_after_image(kernel, grid, Tr::kThreads, smem, stream, map_x, p, pl);
+  launch_after_image("conv_fwd_rs", kernel, grid, Tr::kThreads, smem, stream, map_x, p, pl);
 }
 
 }  // namespace

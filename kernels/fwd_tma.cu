@@ -598,7 +598,7 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   const int64_t grid = std::min<int64_t>(pl.n_items, sms);
   auto kernel = fwd_tma_kernel<T, N, kSplit>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
-  launch_after_image(kernel, grid, Tr::kThreads, smem, stream, map_x, map_y, p, pl);
+  launch_after_image("conv_fwd_tma", kernel, grid, Tr::kThreads, smem, stream, map_x, map_y, p, pl);
 }
 
 // Time tile: the fewest tile rounds over the multiprocessors, weighted by the tile's

@@ -30,8 +30,16 @@ struct StreamKPlan {
   int64_t n_tiles = 0;
   int64_t dp_tiles = 0;   // tiles run whole: blockIdx.x + i * gridDim.x
   int64_t sk_units = 0;   // the remaining tiles' units, shared out over the grid
-  float* partials = nullptr;  // per block: the tail it computed first, per consumer warpgroup
-  int* flags = nullptr;       // per block and consumer warpgroup: its tail's partial sums are written
+  int64_t grid = 0;
+  int groups = 0;         // consumer warpgroups per block, each handing over its own accumulators
+  int per_thread = 0;     // accumulators per consumer thread
+  float* partials = nullptr;  // [block][warpgroup][per_thread / 4][128 threads] float4: the tail it computed first
+  int* flags = nullptr;       // [block][warpgroup]: that tail's partial sums are written
+
+  // Workspace bytes for the partial sums and flags, 0 without Stream-K.
+  size_t workspace_bytes() const {
+    return sk_units == 0 ? 0 : static_cast<size_t>(grid) * groups * (128 * per_thread * sizeof(float) + sizeof(int));
+  }
 };
 
 // One block's piece of one tile: reduction units [u0, u1).
@@ -66,16 +74,20 @@ class SegmentWalk {
   int64_t next_tile_, pos_, end_;
 };
 
-// The plan for T tiles of `units` each on `grid` blocks.  Stream-K takes the last one or
-// two waves when that shortens the longest block's work by at least 1%, counting for each
-// block one more tile end (the tail's partial store, ~an epilogue, taken as an eighth of a
-// tile).  Off (every tile whole) when `enabled` is false, with fewer tiles than blocks, or
-// with whole waves.
-inline StreamKPlan plan_stream_k(int64_t n_tiles, int units, int64_t grid, bool enabled) {
+// The plan for T tiles of `units` each on `grid` blocks whose `groups` consumer warpgroups
+// hold `per_thread` accumulators per thread.  Stream-K takes the last one or two waves when
+// that shortens the longest block's work by at least 1%, counting for each block one more
+// tile end (the tail's partial store, ~an epilogue, taken as an eighth of a tile).  Off
+// (every tile whole) when `enabled` is false, with fewer tiles than blocks, or with whole
+// waves.
+inline StreamKPlan plan_stream_k(int64_t n_tiles, int units, int64_t grid, int groups, int per_thread, bool enabled) {
   StreamKPlan s;
   s.units = units;
   s.n_tiles = n_tiles;
   s.dp_tiles = n_tiles;
+  s.grid = grid;
+  s.groups = groups;
+  s.per_thread = per_thread;
   const int64_t waves = n_tiles / grid;
   if (!enabled || waves < 1 || n_tiles % grid == 0) return s;
   const int64_t dp = (waves - 1) * grid, sk = (n_tiles - dp) * units;
@@ -87,20 +99,22 @@ inline StreamKPlan plan_stream_k(int64_t n_tiles, int units, int64_t grid, bool 
   return s;
 }
 
-// Workspace bytes of a plan's partial sums and flags (`per_thread` accumulators of each of
-// 128 threads in each of `groups` consumer warpgroups, per block), 0 without Stream-K.
-inline size_t stream_k_bytes(const StreamKPlan& s, int64_t grid, int groups, int per_thread) {
-  if (s.sk_units == 0) return 0;
-  return static_cast<size_t>(grid) * groups * (128 * per_thread * sizeof(float) + sizeof(int));
+// Points the plan at its workspace (workspace_bytes() at `ws`, 16-byte aligned) and zeroes
+// the flags on `stream`.  Nothing without Stream-K.
+inline void attach_stream_k_workspace(StreamKPlan& s, void* ws, cudaStream_t stream) {
+  if (s.sk_units == 0) return;
+  s.partials = static_cast<float*>(ws);
+  s.flags = reinterpret_cast<int*>(s.partials + s.grid * s.groups * 128 * s.per_thread);
+  CAUSALCONV_CUDA_CHECK(cudaMemsetAsync(s.flags, 0, s.grid * s.groups * sizeof(int), stream));
 }
 
 // The tail's side, by all 128 threads of consumer warpgroup c (hardware barrier 1 + c):
-// the accumulators into this block's slot as float4 columns (each thread's 16 bytes side
-// by side, so a warp's stores are contiguous), then the flag.
+// the accumulators (kRows x kCols = s.per_thread) into this block's slot as float4 columns
+// (each thread's 16 bytes side by side, so a warp's stores are contiguous), then the flag.
 template <int kRows, int kCols>
-__device__ __forceinline__ void store_partial(const StreamKPlan& s, int c, int groups, const float (&acc)[kRows][kCols]) {
+__device__ __forceinline__ void store_partial(const StreamKPlan& s, int c, const float (&acc)[kRows][kCols]) {
   static_assert(kCols % 4 == 0, "float4 columns");
-  const int t = threadIdx.x & 127, slot = blockIdx.x * groups + c;
+  const int t = threadIdx.x & 127, slot = blockIdx.x * s.groups + c;
   float4* dst = reinterpret_cast<float4*>(s.partials) + static_cast<int64_t>(slot) * 128 * (kRows * kCols / 4) + t;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -115,8 +129,8 @@ __device__ __forceinline__ void store_partial(const StreamKPlan& s, int c, int g
 
 // The head's side: waits for the tail of this tile (the next block's slot) and adds it.
 template <int kRows, int kCols>
-__device__ __forceinline__ void add_partial(const StreamKPlan& s, int c, int groups, float (&acc)[kRows][kCols]) {
-  const int t = threadIdx.x & 127, slot = (blockIdx.x + 1) * groups + c;
+__device__ __forceinline__ void add_partial(const StreamKPlan& s, int c, float (&acc)[kRows][kCols]) {
+  const int t = threadIdx.x & 127, slot = (blockIdx.x + 1) * s.groups + c;
   if (t == 0) {
     while (ptx::ld_acquire_gpu(s.flags + slot) == 0) __nanosleep(256);
   }

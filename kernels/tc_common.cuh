@@ -245,10 +245,11 @@ inline bool pdl_enabled() { return env_switch("CAUSALCONV_PDL", false); }
 // the stream finishes (its launch, barrier setup and first x windows overlap that kernel;
 // the producer calls ptx::griddep_wait before its first weight copy).  Everything enqueued
 // before the image kernel has completed when that kernel starts, so the forward may read x
-// at once.  A normal launch when pdl_enabled() is false.
+// at once.  A normal launch when pdl_enabled() is false.  A failed launch raises an error
+// naming `name`.
 template <typename... Params, typename... Args>
-void launch_after_image(void (*kernel)(Params...), int64_t grid, int threads, size_t smem, cudaStream_t stream,
-                        Args&&... args) {
+void launch_after_image(const char* name, void (*kernel)(Params...), int64_t grid, int threads, size_t smem,
+                        cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(threads);
@@ -259,7 +260,8 @@ void launch_after_image(void (*kernel)(Params...), int64_t grid, int threads, si
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  CAUSALCONV_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  CAUSALCONV_CHECK(err == cudaSuccess, "causalconv: launch of ", name, " failed: ", cudaGetErrorString(err));
 }
 
 inline int max_smem_optin() {
