@@ -337,7 +337,7 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   // The TF32-rounded image, and Stream-K's partial sums and flags after it, live in this
   // stream's scratch buffer, leased until the kernel is enqueued.  The flags are zeroed
   // before the image kernel, so that the forward stays its direct follower
-  // (launch_after_image); image_bytes is a multiple of one 16 KB tap, so the partials stay
+  // (launch_dependent); image_bytes is a multiple of one 16 KB tap, so the partials stay
   // 16-byte aligned.
   const size_t image_bytes = static_cast<size_t>(weight_image_elems<float, Tr::kN>(p)) * sizeof(float);
   ScratchLease scratch(image_bytes + pl.sk.workspace_bytes(), stream);
@@ -354,7 +354,7 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   const CUtensorMap map_x = make_bcl_tensor_map(p.x, at::kFloat, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
   auto kernel = fwd_rs_kernel<MI, Bufs>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
-  launch_after_image("conv_fwd_rs", kernel, grid, Tr::kThreads, smem, stream, map_x, p, pl);
+  launch_dependent("conv_fwd_rs", kernel, grid, Tr::kThreads, smem, stream, map_x, p, pl);
 }
 
 }  // namespace

@@ -311,6 +311,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
   using Tr = FwdTmaTraits<T, N, kSplit>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
 #if CAUSALCONV_HAS_WGMMA
+  ptx::griddep_launch_dependents();  // the channel split's reduction may start (dependent_launch.cuh)
   using Mma = wgmma::MmaSS<typename Elem<T>::Wg, N>;
   const uint32_t raw0 = ptx::smem_addr(smem_raw);
   const uint32_t base = (raw0 + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
@@ -598,7 +599,7 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   const int64_t grid = std::min<int64_t>(pl.n_items, sms);
   auto kernel = fwd_tma_kernel<T, N, kSplit>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
-  launch_after_image("conv_fwd_tma", kernel, grid, Tr::kThreads, smem, stream, map_x, map_y, p, pl);
+  launch_dependent("conv_fwd_tma", kernel, grid, Tr::kThreads, smem, stream, map_x, map_y, p, pl);
 }
 
 // Time tile: the fewest tile rounds over the multiprocessors, weighted by the tile's

@@ -1,9 +1,11 @@
 // Sums a split reduction's fp32 workspace slices in split order (bitwise reproducible) and
 // casts to the output dtype: the weight gradient's (B x L split) and the TMA forward's
-// (input-channel split).
+// (input-channel split).  It launches as a programmatic dependent of the kernel that wrote
+// the slices (dependent_launch.cuh), whose blocks let it start as they begin.
 #include <ATen/ATen.h>
 
 #include "common.cuh"
+#include "dependent_launch.cuh"
 #include "launchers.h"
 
 namespace causalconv {
@@ -11,6 +13,7 @@ namespace {
 
 template <typename T>
 __global__ void reduce_kernel(const float* __restrict__ ws, T* __restrict__ out, int64_t n, int splits) {
+  ptx::griddep_wait();  // the slices are complete
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float s = 0.f;
@@ -25,14 +28,20 @@ void launch_split_reduce(const float* ws, void* out, int64_t n, int splits, at::
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(n, threads), 8192));
   switch (dtype) {
-    case at::kFloat: reduce_kernel<float><<<blocks, threads, 0, stream>>>(ws, static_cast<float*>(out), n, splits); break;
-    case at::kHalf: reduce_kernel<__half><<<blocks, threads, 0, stream>>>(ws, static_cast<__half*>(out), n, splits); break;
+    case at::kFloat:
+      launch_dependent("conv_split_reduce", reduce_kernel<float>, blocks, threads, 0, stream, ws, static_cast<float*>(out),
+                       n, splits);
+      break;
+    case at::kHalf:
+      launch_dependent("conv_split_reduce", reduce_kernel<__half>, blocks, threads, 0, stream, ws,
+                       static_cast<__half*>(out), n, splits);
+      break;
     case at::kBFloat16:
-      reduce_kernel<__nv_bfloat16><<<blocks, threads, 0, stream>>>(ws, static_cast<__nv_bfloat16*>(out), n, splits);
+      launch_dependent("conv_split_reduce", reduce_kernel<__nv_bfloat16>, blocks, threads, 0, stream, ws,
+                       static_cast<__nv_bfloat16*>(out), n, splits);
       break;
     default: CAUSALCONV_CHECK(false, "causalconv: split reductions support float32, float16, bfloat16 outputs; got ", dtype);
   }
-  CAUSALCONV_CHECK_LAUNCH("conv_split_reduce");
 }
 
 }  // namespace causalconv

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common.cuh"
+#include "dependent_launch.cuh"
 #include "ptx.cuh"
 #include "wgmma_ops.cuh"
 
@@ -236,33 +237,6 @@ inline bool channel_split_enabled() { return env_switch("CAUSALCONV_CHANNEL_SPLI
 // (fwd_rs.cu, stream_k.cuh): only with CAUSALCONV_STREAM_K=1 until a GPU has run it (no
 // device machine could be started in the session that wrote it).
 inline bool stream_k_enabled() { return env_switch("CAUSALCONV_STREAM_K", false); }
-
-// Whether the TMA forwards launch as programmatic dependents of the weight image kernel
-// before them (launch_after_image): only with CAUSALCONV_PDL=1 until a GPU has run it.
-inline bool pdl_enabled() { return env_switch("CAUSALCONV_PDL", false); }
-
-// Launches a TMA forward so that it may start while the weight image kernel ahead of it in
-// the stream finishes (its launch, barrier setup and first x windows overlap that kernel;
-// the producer calls ptx::griddep_wait before its first weight copy).  Everything enqueued
-// before the image kernel has completed when that kernel starts, so the forward may read x
-// at once.  A normal launch when pdl_enabled() is false.  A failed launch raises an error
-// naming `name`.
-template <typename... Params, typename... Args>
-void launch_after_image(const char* name, void (*kernel)(Params...), int64_t grid, int threads, size_t smem,
-                        cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(grid));
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-  CAUSALCONV_CHECK(err == cudaSuccess, "causalconv: launch of ", name, " failed: ", cudaGetErrorString(err));
-}
 
 inline int max_smem_optin() {
   int dev = 0, optin = 0;

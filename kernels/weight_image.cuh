@@ -19,7 +19,7 @@ template <typename T, Precision P, int BN>
 __global__ void weight_image_kernel(const T* __restrict__ w, T* __restrict__ hi, T* __restrict__ lo, int cout_g,
                                     int cin_g, int K, int n_ot, int n_ic, int64_t total) {
   constexpr int kCI = kRowElems<T>, kV = kChunkElems<T>;
-  ptx::griddep_launch_dependents();  // the forward after it may start its prologue (launch_after_image)
+  ptx::griddep_launch_dependents();  // the forward after it may start its prologue (launch_dependent)
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t r = e;
@@ -56,7 +56,9 @@ int64_t weight_image_elems(const ConvParams& p) {
          kRowElems<T>;
 }
 
-// Writes the image of p.w into hi (and lo for the 3xTF32 split) on `stream`.
+// Writes the image of p.w into hi (and lo for the 3xTF32 split) on `stream`.  A normal
+// launch, on purpose: everything enqueued before it has then completed when it starts, so
+// the forward launched as its dependent may read x before its griddep_wait.
 template <typename T, Precision P, int BN>
 void write_weight_image(const ConvParams& p, T* hi, T* lo, cudaStream_t stream) {
   const int64_t total = weight_image_elems<T, BN>(p);

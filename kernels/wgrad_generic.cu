@@ -11,6 +11,7 @@
 
 #include "common.cuh"
 #include "launchers.h"
+#include "ptx.cuh"
 
 namespace causalconv {
 namespace {
@@ -58,6 +59,7 @@ template <typename T, int KG>
 __global__ void __launch_bounds__(kThreads) wgrad_kernel(WgradParams p, Plan pl) {
   __shared__ __align__(16) float dys[kTC][kDyRow];
   extern __shared__ float xs[];  // [kCB][xrow]
+  ptx::griddep_launch_dependents();  // the split reduction after it may start (dependent_launch.cuh)
 
   int64_t bid = blockIdx.x;
   int64_t tile = bid % pl.n_tiles;

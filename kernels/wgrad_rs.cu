@@ -88,6 +88,7 @@ __global__ void __launch_bounds__(RsTraits<Shape>::kThreads, 1)
   using Tr = RsTraits<Shape>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
 #if CAUSALCONV_HAS_WGMMA
+  ptx::griddep_launch_dependents();  // the split reduction after it may start (dependent_launch.cuh)
   using Mma = wgmma::Mma<wgmma::Tf32, Tr::kN>;
   const uint32_t raw0 = ptx::smem_addr(smem_raw);
   const uint32_t base = (raw0 + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned

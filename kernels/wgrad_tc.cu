@@ -93,6 +93,7 @@ __global__ void __launch_bounds__(WgradTraits<T, Shape>::kThreads, 1)
   using Tr = WgradTraits<T, Shape>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
 #if CAUSALCONV_HAS_WGMMA
+  ptx::griddep_launch_dependents();  // the split reduction after it may start (dependent_launch.cuh)
   using Wg = typename Elem<T>::Wg;
   using Mma = std::conditional_t<Tr::kMnX, wgmma::MmaSSMnB<Wg, Tr::kNI>, wgmma::MmaSS<Wg, Tr::kNI>>;
   const uint32_t raw = ptx::smem_addr(smem_raw);

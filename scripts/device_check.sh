@@ -46,8 +46,9 @@ for step in $STEPS; do
       [ "${status[build]}" = 0 ] || { grep -m 20 "error" "$LOGS/build.log"; exit 1; } ;;
     verify) run verify $PY -m causalconv --json "$OUT/verify.json" ;;
     tests) run tests $PY -m pytest -q -rs ${PYTEST_K:+-k "$PYTEST_K"} ${PYTEST_ARGS:-tests} ;;
-    sanitize)
+    sanitize|memcheck)  # memcheck alone skips racecheck, the slow one
       run memcheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 1 $PY scripts/sanitize.py
+      [ "$step" = memcheck ] && continue
       run racecheck env PYTORCH_NO_CUDA_MEMORY_CACHING=1 SANITIZE_KERNELS=${RACECHECK_KERNELS:-} compute-sanitizer --tool racecheck --error-exitcode 1 $PY scripts/sanitize.py ;;
     profile)
       for spec in "fwd float32 fwd_tma_kernel" "fwd bfloat16 fwd_tma_kernel" "bwd float32 wgrad_kernel"; do
@@ -61,6 +62,7 @@ for step in $STEPS; do
     overhead)  # small rows: host time per call against their kernels' GPU time (OVERHEAD_ARGS: the script's)
       run overhead $PY scripts/bwd_overhead.py ${OVERHEAD_ARGS:-fwd float32 1,256,256,4,1,64 3,96,160,5,3,1000} ;;
     ab) run ab $PY scripts/ab_forward.py ${AB_SHAPES:-} ;;
+    ab_backward) run ab_backward $PY scripts/ab_backward.py ${AB_SHAPES:-} ;;
     bench) run bench $PY -m causalconv bench --out "$OUT/h200.json" ${BENCH_ARGS:-} ;;
     *) echo "unknown step $step" ;;
   esac

@@ -349,3 +349,38 @@ def test_small_backward_under_graph_capture(monkeypatch):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured[0], eager[0]) and torch.equal(captured[1], eager[1])
+
+
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+def test_weight_gradient_reduction_as_dependent_launch(dtype, precision, monkeypatch):
+    """The split reduction launches as a programmatic dependent of the weight-gradient
+    kernel (CAUSALCONV_PDL unset or 1), which lets it start as its blocks begin; the
+    reduction waits for the slices, so the gradients must be bitwise those of normal launches
+    (CAUSALCONV_PDL=0), on a user stream right after a matmul that produced dy and x, with
+    the poisoned workspace showing any slice read before it was written."""
+    if not ext().has_wgmma():
+        pytest.skip("the weight-gradient kernels that split their reduction over blocks need an sm_90 GPU")
+    monkeypatch.setenv("CAUSALCONV_BACKWARD_STREAMS", "0")
+    s = torch.cuda.Stream()
+    for seed, (b, c_in, c_out, k, dilation, length) in enumerate(((4, 256, 256, 4, 1, 4096), (3, 96, 160, 5, 3, 1000),
+                                                                  (1, 256, 256, 4, 1, 64))):
+        x0 = make_x((b, c_in, length), dtype, DEV, "contiguous", 5000 + seed)
+        g = torch.Generator().manual_seed(5000 + seed)
+        w = (torch.randn(c_out, c_in, k, generator=g) / (c_in * k) ** 0.5).to(DEV, dtype)
+        gy0 = torch.randn(b, c_out, length, generator=g).to(DEV, dtype)
+        eye_x, eye_y = torch.eye(c_in, device=DEV, dtype=dtype), torch.eye(c_out, device=DEV, dtype=dtype)
+        got = {}
+        for pdl in ("0", "1"):
+            monkeypatch.setenv("CAUSALCONV_PDL", pdl)
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                x = torch.matmul(eye_x, x0)  # produced on this stream just before
+                gy = torch.matmul(eye_y, gy0)
+                got[pdl] = _grads(x, w, None, gy, dilation, 1, precision)
+            torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        label = f"PDL {b}x{c_in}->{c_out} K={k} d={dilation} L={length}"
+        for name, off, on in zip(("dx", "dw"), got["0"], got["1"]):
+            assert torch.equal(off, on), f"{label}: dependent launch changed {name}"
+        exact = _exact_grads(x0, w, None, gy0, dilation, 1, precision)
+        assert_close(got["1"][1], exact[1], dtype, precision, "dw", label=label)

@@ -298,18 +298,21 @@ def test_automatic_choice_on_default_problem():
 
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
 def test_forward_as_dependent_launch(dtype, precision, monkeypatch):
-    """CAUSALCONV_PDL=1 launches the TMA forwards as programmatic dependents of the weight
-    image kernel (they start before it ends and wait for it before their first weight copy).
-    The same kernels add in the same order, so the output must be bitwise equal to a normal
-    launch's, on a user stream right after a matmul that produced x and the weights, with
-    Stream-K on (its flags are zeroed before the image kernel), and in a replayed CUDA graph."""
+    """By default (CAUSALCONV_PDL unset or 1) the TMA forwards launch as programmatic
+    dependents of the weight image kernel (they start before it ends and wait for it before
+    their first weight copy), and the fp32 channel split's reduction as one of the forward.
+    The same kernels add in the same order, so the output must be bitwise equal to normal
+    launches' (CAUSALCONV_PDL=0), on a user stream right after a matmul that produced x and
+    the weights, with Stream-K on (its flags are zeroed before the image kernel), and in a
+    replayed CUDA graph.  Shapes: whole tiles, Stream-K's cut tiles, a channel split (L=64)."""
     if not ext().has_wgmma():
         pytest.skip("the TMA forwards need an sm_90 GPU")
     monkeypatch.setenv("CAUSALCONV_STREAM_K", "1")
     sms = torch.cuda.get_device_properties(DEV).multi_processor_count
     s = torch.cuda.Stream()
     for seed, (b, c_in, c_out, k, dilation, length) in enumerate(((2, 256, 256, 4, 1, 8192),
-                                                                  (sms // 8 + 1, 128, 128, 5, 2, 2048))):
+                                                                  (sms // 8 + 1, 128, 128, 5, 2, 2048),
+                                                                  (1, 256, 256, 4, 1, 64))):
         x0 = make_x((b, c_in, length), dtype, DEV, "contiguous", 4000 + seed)
         w0, bias = _weights(c_out, c_in, k, dtype, True, 4000 + seed)
         eye_x = torch.eye(c_in, device=DEV, dtype=dtype)

@@ -1,0 +1,47 @@
+// Programmatic dependent launch (sm_90): a kernel launched this way may start while the
+// kernel ahead of it in the stream is still running, once every block of that kernel has
+// called ptx::griddep_launch_dependents (or exited).  Its launch, prologue and, where the
+// inputs came from earlier work, its first loads then overlap the other kernel's tail.
+// The contract on the follower: it calls ptx::griddep_wait before it reads anything the
+// kernel ahead writes and before it writes anything that kernel may still touch;
+// griddep_wait returns once that kernel has completed and its writes are visible.  Work
+// enqueued before that kernel is complete when the follower starts only if that kernel was
+// itself a normal launch (the weight image kernel is, so the forwards after it read x
+// before their griddep_wait); a follower of a follower may rely on nothing before its wait.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "common.cuh"
+#include "ptx.cuh"
+
+namespace causalconv {
+
+// Whether followers launch as programmatic dependents: yes unless CAUSALCONV_PDL=0, the knob
+// that times them as normal launches.  Measured on an H100 (scripts/ab_stream_k.sh,
+// 2026-12-06, NOTES v21): the 16-bit forward of 32x128->128 K7 d4 0.078 -> 0.075 ms, the
+// large forwards within +-1%.
+inline bool pdl_enabled() { return env_switch("CAUSALCONV_PDL"); }
+
+// Launches `kernel` as a programmatic dependent of the kernel before it on `stream` (a
+// normal launch when pdl_enabled() is false).  A failed launch raises an error naming `name`.
+template <typename... Params, typename... Args>
+void launch_dependent(const char* name, void (*kernel)(Params...), int64_t grid, int threads, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  CAUSALCONV_CHECK(err == cudaSuccess, "causalconv: launch of ", name, " failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace causalconv
