@@ -25,11 +25,11 @@ namespace causalconv {
 // large forwards within +-1%.
 inline bool pdl_enabled() { return env_switch("CAUSALCONV_PDL"); }
 
-// Launches `kernel` as a programmatic dependent of the kernel before it on `stream` (a
-// normal launch when pdl_enabled() is false).  A failed launch raises an error naming `name`.
+// Launches `kernel` on `stream`, as a programmatic dependent of the kernel before it when
+// `dependent` and pdl_enabled(), else normally.  A failed launch raises an error naming `name`.
 template <typename... Params, typename... Args>
-void launch_dependent(const char* name, void (*kernel)(Params...), int64_t grid, int threads, size_t smem,
-                      cudaStream_t stream, Args&&... args) {
+void launch_maybe_dependent(const char* name, bool dependent, void (*kernel)(Params...), int64_t grid, int threads,
+                            size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(threads);
@@ -39,9 +39,15 @@ void launch_dependent(const char* name, void (*kernel)(Params...), int64_t grid,
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = dependent && pdl_enabled() ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   CAUSALCONV_CHECK(err == cudaSuccess, "causalconv: launch of ", name, " failed: ", cudaGetErrorString(err));
+}
+
+template <typename... Params, typename... Args>
+void launch_dependent(const char* name, void (*kernel)(Params...), int64_t grid, int threads, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  launch_maybe_dependent(name, true, kernel, grid, threads, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace causalconv

@@ -52,8 +52,10 @@ void launch_wgrad_tc(const WgradParams& p, at::ScalarType dtype, int sm_count, c
 bool wgrad_rs_supports(const WgradParams& p, at::ScalarType dtype);
 int wgrad_rs_splits(const WgradParams& p, int sm_count);
 void launch_wgrad_rs(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
-// out[e] = sum over s < splits, in order, of ws[s * n + e], cast to dtype (split_reduce.cu).
-void launch_split_reduce(const float* ws, void* out, int64_t n, int splits, at::ScalarType dtype, cudaStream_t stream);
+// out[e] = sum over s < splits, in order, of ws[s * n + e], cast to dtype (split_reduce.cu);
+// as a programmatic dependent of the kernel before it on `stream` if `as_dependent`.
+void launch_split_reduce(const float* ws, void* out, int64_t n, int splits, at::ScalarType dtype, cudaStream_t stream,
+                         bool as_dependent);
 
 // The input gradient's weights, wt[g*cin_g + i, o, k] = w[g*cout_g + o, i, K-1-k], both
 // contiguous, elements of 2 or 4 bytes (weight_flip.cu).

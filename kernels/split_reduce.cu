@@ -1,7 +1,8 @@
 // Sums a split reduction's fp32 workspace slices in split order (bitwise reproducible) and
 // casts to the output dtype: the weight gradient's (B x L split) and the TMA forward's
 // (input-channel split).  It launches as a programmatic dependent of the kernel that wrote
-// the slices (dependent_launch.cuh), whose blocks let it start as they begin.
+// the slices where the caller asks (dependent_launch.cuh): that kernel's blocks let it start
+// as they begin, and its blocks then wait on free multiprocessors.
 #include <ATen/ATen.h>
 
 #include "common.cuh"
@@ -24,21 +25,22 @@ __global__ void reduce_kernel(const float* __restrict__ ws, T* __restrict__ out,
 
 }  // namespace
 
-void launch_split_reduce(const float* ws, void* out, int64_t n, int splits, at::ScalarType dtype, cudaStream_t stream) {
+void launch_split_reduce(const float* ws, void* out, int64_t n, int splits, at::ScalarType dtype, cudaStream_t stream,
+                         bool as_dependent) {
   const int threads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(n, threads), 8192));
   switch (dtype) {
     case at::kFloat:
-      launch_dependent("conv_split_reduce", reduce_kernel<float>, blocks, threads, 0, stream, ws, static_cast<float*>(out),
-                       n, splits);
+      launch_maybe_dependent("conv_split_reduce", as_dependent, reduce_kernel<float>, blocks, threads, 0, stream, ws,
+                             static_cast<float*>(out), n, splits);
       break;
     case at::kHalf:
-      launch_dependent("conv_split_reduce", reduce_kernel<__half>, blocks, threads, 0, stream, ws,
-                       static_cast<__half*>(out), n, splits);
+      launch_maybe_dependent("conv_split_reduce", as_dependent, reduce_kernel<__half>, blocks, threads, 0, stream, ws,
+                             static_cast<__half*>(out), n, splits);
       break;
     case at::kBFloat16:
-      launch_dependent("conv_split_reduce", reduce_kernel<__nv_bfloat16>, blocks, threads, 0, stream, ws,
-                       static_cast<__nv_bfloat16*>(out), n, splits);
+      launch_maybe_dependent("conv_split_reduce", as_dependent, reduce_kernel<__nv_bfloat16>, blocks, threads, 0,
+                             stream, ws, static_cast<__nv_bfloat16*>(out), n, splits);
       break;
     default: CAUSALCONV_CHECK(false, "causalconv: split reductions support float32, float16, bfloat16 outputs; got ", dtype);
   }
