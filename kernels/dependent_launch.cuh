@@ -20,9 +20,9 @@
 namespace causalconv {
 
 // Whether followers launch as programmatic dependents: yes unless CAUSALCONV_PDL=0, the knob
-// that times them as normal launches.  Measured on an H100 (scripts/ab_stream_k.sh,
-// 2026-12-06, NOTES v21): the 16-bit forward of 32x128->128 K7 d4 0.078 -> 0.075 ms, the
-// large forwards within +-1%.
+// that times them as normal launches.  Measured on an H200 (scripts/ab_pdl.sh, NOTES v22):
+// the L=64 fp32 forward 0.016 -> 0.012 ms, 3x96->160 -10%, 32x128->128 K7 d4 -3%, the large
+// forwards and backwards within run-to-run spread.
 inline bool pdl_enabled() { return env_switch("CAUSALCONV_PDL"); }
 
 // Launches `kernel` on `stream`, as a programmatic dependent of the kernel before it when
