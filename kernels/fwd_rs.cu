@@ -74,6 +74,7 @@ struct FwdRsPlan {
   int raw_bytes;   // both, a multiple of 1024
   int slots;       // weight-tap ring depth
   int skew;        // taps consumer warpgroup 1 issues before warpgroup 2 starts (fwd_tma.cu's knob)
+  Stagger stagger; // the start-stagger knob (tc_common.cuh)
   int64_t n_tt, n_tiles;
   StreamKPlan sk;  // which blocks run which tiles, whole or in segments (stream_k.cuh)
 };
@@ -135,6 +136,7 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
     // Producer: raw buffer r is reused once both consumers' groups that read it retired,
     // weight slot w once the MMAs on its tap retired.
     ptx::tma_prefetch_descriptor(&map_x);
+    stagger_wait(pl.stagger, pl.n_tiles);
     Ring wr, rr;
     SegmentWalk walk(pl.sk);
     bool image_ready = false;  // the weight image kernel ahead of this one has finished
@@ -332,7 +334,7 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
       static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(Tr::kRaw) * pl.raw_bytes + Tr::kBarrierBytes + 1024;
 
   const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
-  pl.sk = plan_stream_k(pl.n_tiles, pl.n_ic * p.K, grid, Tr::kConsumers, Tr::kMI * Tr::kN / 2, stream_k_enabled());
+  pl.sk = plan_stream_k(pl.n_tiles, pl.n_ic * p.K, grid, Tr::kConsumers, Tr::kMI * Tr::kN / 2, stream_k_mode());
 
   // The TF32-rounded image, and Stream-K's partial sums and flags after it, live in this
   // stream's scratch buffer, leased until the kernel is enqueued.  The flags are zeroed
@@ -350,6 +352,7 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   for (int j = 0; j < std::min(Tr::kRaw, pl.n_ic * pl.ngroups); ++j)
     first_taps += std::min(pl.tpg, p.K - (j % pl.ngroups) * pl.tpg);
   pl.skew = std::min({consumer_skew(), pl.slots, first_taps});
+  pl.stagger = start_stagger();
 
   const CUtensorMap map_x = make_bcl_tensor_map(p.x, at::kFloat, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
   auto kernel = fwd_rs_kernel<MI, Bufs>;

@@ -99,6 +99,7 @@ struct FwdTmaPlan {
   int slots, nraw;   // ring depths: weight taps, raw windows (x tiles: kTiles)
   bool tma_store;    // 16-bit epilogue through TMA stores (map_y)
   int skew;          // taps consumer warpgroup 1 issues before warpgroup 2 starts (below)
+  Stagger stagger;   // the start-stagger knob (tc_common.cuh)
   int csplits;       // blocks per tile, each over ic_per input-channel chunks (p.ws)
   int ic_per;
   int64_t n_tt, n_tiles, n_items;  // n_items = n_tiles x csplits
@@ -356,6 +357,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
       // Producer: raw buffer r is reused once the shifters released it, weight slot w
       // once the consumers' MMAs on its tap retired.
       ptx::tma_prefetch_descriptor(&map_x);
+      stagger_wait(pl.stagger, pl.n_items);
       const uint32_t raw_bytes = Tr::kCI * pl.window * static_cast<uint32_t>(sizeof(T));
       Ring wr, rr;  // weight-slot ring, raw-window ring
       bool image_ready = false;  // the weight image kernel ahead of this one has finished
@@ -596,6 +598,7 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   for (int j = 0; j < std::min(Tr::kTiles, first_stages); ++j)
     first_taps += std::min(pl.tpg, p.K - (j % pl.ngroups) * pl.tpg);
   pl.skew = std::min({consumer_skew(), pl.slots, first_taps});
+  pl.stagger = start_stagger();
   const int64_t grid = std::min<int64_t>(pl.n_items, sms);
   auto kernel = fwd_tma_kernel<T, N, kSplit>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type

@@ -100,6 +100,20 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// The global nanosecond clock, and a wait until it has advanced by `ns` (sleeping between
+// looks, so that the waiting thread takes no issue slots from its block's other warps).
+__device__ __forceinline__ uint64_t globaltimer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void sleep_ns(uint32_t ns) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  const uint64_t until = globaltimer_ns() + ns;
+  while (globaltimer_ns() < until) __nanosleep(500);
+#endif
+}
+
 // Programmatic dependent launch (sm_90): a kernel launched with programmatic stream
 // serialization may start before the kernel ahead of it in the stream has finished, and
 // waits in griddep_wait until that kernel has completed and its writes are visible (a no-op

@@ -75,12 +75,12 @@ class SegmentWalk {
 };
 
 // The plan for T tiles of `units` each on `grid` blocks whose `groups` consumer warpgroups
-// hold `per_thread` accumulators per thread.  Stream-K takes the last one or two waves when
-// that shortens the longest block's work by at least 1%, counting for each block one more
-// tile end (the tail's partial store, ~an epilogue, taken as an eighth of a tile).  Off
-// (every tile whole) when `enabled` is false, with fewer tiles than blocks, or with whole
-// waves.
-inline StreamKPlan plan_stream_k(int64_t n_tiles, int units, int64_t grid, int groups, int per_thread, bool enabled) {
+// hold `per_thread` accumulators per thread (mode: stream_k_mode()).  Mode 1 takes the last
+// one or two waves when that shortens the longest block's work by at least 1%, counting for
+// each block one more tile end (the tail's partial store, ~an epilogue, taken as an eighth
+// of a tile), and keeps whole waves whole; mode 2 takes every tile.  Off (every tile whole)
+// in mode 0 and with fewer tiles than blocks.
+inline StreamKPlan plan_stream_k(int64_t n_tiles, int units, int64_t grid, int groups, int per_thread, int mode) {
   StreamKPlan s;
   s.units = units;
   s.n_tiles = n_tiles;
@@ -89,7 +89,13 @@ inline StreamKPlan plan_stream_k(int64_t n_tiles, int units, int64_t grid, int g
   s.groups = groups;
   s.per_thread = per_thread;
   const int64_t waves = n_tiles / grid;
-  if (!enabled || waves < 1 || n_tiles % grid == 0) return s;
+  if (mode == 0 || waves < 1) return s;
+  if (mode == 2) {  // every tile's units shared out: each block's share still spans a tile or more
+    s.dp_tiles = 0;
+    s.sk_units = n_tiles * units;
+    return s;
+  }
+  if (n_tiles % grid == 0) return s;
   const int64_t dp = (waves - 1) * grid, sk = (n_tiles - dp) * units;
   const int64_t whole = (waves + 1) * units;
   const int64_t split = (waves - 1) * units + ceil_div(sk, grid) + units / 8 + 1;

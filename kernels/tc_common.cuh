@@ -233,10 +233,47 @@ inline int consumer_skew() {
 // row without the split (NOTES v19).
 inline bool channel_split_enabled() { return env_switch("CAUSALCONV_CHANNEL_SPLIT"); }
 
-// Whether the raw-window fp32 forward may cut its last waves' tiles into Stream-K segments
-// (fwd_rs.cu, stream_k.cuh): only with CAUSALCONV_STREAM_K=1, since on an H100 it measured
-// no gain (1-3% slower on the default problem and 8x1024; NOTES v21).
-inline bool stream_k_enabled() { return env_switch("CAUSALCONV_STREAM_K", false); }
+// How the raw-window fp32 forward deals its tiles (fwd_rs.cu, stream_k.cuh), from
+// CAUSALCONV_STREAM_K: 0 (unset) every tile whole; 1 the last waves' tiles cut into
+// Stream-K segments, which on an H100 measured no gain (1-3% slower on the default problem
+// and 8x1024; NOTES v21); 2 every tile's units shared out over the grid, so that the
+// blocks' tile ends fall at different moments instead of all at once.
+inline int stream_k_mode() {
+  const char* v = std::getenv("CAUSALCONV_STREAM_K");
+  if (v == nullptr || *v == '\0') return 0;
+  CAUSALCONV_CHECK((v[0] == '0' || v[0] == '1' || v[0] == '2') && v[1] == '\0',
+                   "causalconv: CAUSALCONV_STREAM_K must be 0, 1 or 2, got '", v, "'");
+  return v[0] - '0';
+}
+
+// Start stagger of the persistent TMA forwards (fwd_tma.cu, fwd_rs.cu), a knob for
+// measuring whether the grid's blocks finishing their tiles at the same moment (every
+// multiprocessor storing its outputs in the same few microseconds) costs time:
+// CAUSALCONV_STAGGER_NS delays the producers of half the blocks by that many nanoseconds,
+// the odd-numbered ones, or with CAUSALCONV_STAGGER_SHORT=1 those with one tile fewer
+// (whose delay then costs nothing when it is under a tile).  0 by default.
+struct Stagger {
+  uint32_t ns = 0;
+  bool short_blocks = false;
+};
+inline Stagger start_stagger() {
+  Stagger s;
+  const char* v = std::getenv("CAUSALCONV_STAGGER_NS");
+  if (v != nullptr && *v != '\0') {
+    const long ns = std::atol(v);
+    CAUSALCONV_CHECK(ns >= 0 && ns <= 1000000, "causalconv: CAUSALCONV_STAGGER_NS must be 0 to 1000000, got '", v, "'");
+    s.ns = static_cast<uint32_t>(ns);
+  }
+  s.short_blocks = env_switch("CAUSALCONV_STAGGER_SHORT", false);
+  return s;
+}
+// In the producer thread, before its first copy; `items` is the grid's work items.
+__device__ __forceinline__ void stagger_wait(const Stagger& s, int64_t items) {
+  if (s.ns == 0) return;
+  const int64_t rem = items % gridDim.x;
+  const bool late = s.short_blocks ? rem != 0 && blockIdx.x >= rem : (blockIdx.x & 1) != 0;
+  if (late) ptx::sleep_ns(s.ns);
+}
 
 inline int max_smem_optin() {
   int dev = 0, optin = 0;

@@ -1,6 +1,6 @@
 """The Stream-K work split of the raw-window fp32 forward (kernels/stream_k.cuh: plan_stream_k,
 SegmentWalk; kernels/fwd_rs.cu: first_stage, stage_taps) replayed on the CPU for several grid
-sizes and problems, checking what the kernel relies on:
+sizes and problems, in modes 1 (last waves) and 2 (every tile) of CAUSALCONV_STREAM_K, checking what the kernel relies on:
   - every (tile, unit) runs exactly once;
   - a tile is cut at most once, its head the last segment of block b, its tail the first
     Stream-K segment of block b + 1 (slot b + 1 of the partial sums);
@@ -14,8 +14,10 @@ def cdiv(a, b):
     return -(-a // b)
 
 
-def plan(tiles, units, grid):
+def plan(tiles, units, grid, mode=1):
     waves = tiles // grid
+    if waves >= 1 and mode == 2:  # every tile shared out
+        return 0, tiles * units
     if waves < 1 or tiles % grid == 0:
         return tiles, 0
     dp, sk = (waves - 1) * grid, (tiles - (waves - 1) * grid) * units
@@ -51,9 +53,9 @@ def segment_units(u0, u1, K, tpg):
     return out
 
 
-def check(tiles, n_ic, K, tpg, grid):
+def check(tiles, n_ic, K, tpg, grid, mode):
     units = n_ic * K
-    dp, sk = plan(tiles, units, grid)
+    dp, sk = plan(tiles, units, grid, mode)
     blocks = [walk(units, grid, dp, sk, b) for b in range(min(tiles, grid))]
     owner = {}
     for b, segs in enumerate(blocks):
@@ -74,12 +76,12 @@ def check(tiles, n_ic, K, tpg, grid):
 
 
 if __name__ == "__main__":
-    for grid in (132, 114, 78, 144):
+    for mode, grid in [(m, g) for m in (1, 2) for g in (132, 114, 78, 144)]:
         for tiles, n_ic, K, tpg in ((grid // 8 + 1) * 8, 4, 4, 4), ((grid // 8 + 1) * 8, 4, 5, 4), \
                 ((grid // 32 + 1) * 32, 4, 3, 3), ((2 * grid // 10 + 1) * 10, 4, 4, 4), (2048, 8, 4, 4), \
                 (4096, 8, 4, 4), (1024, 32, 4, 4), (512, 4, 7, 4), (12288, 10, 4, 4), (5, 4, 4, 4), \
                 (1000, 3, 40, 2):
-            dp, sk, longest, whole = check(tiles, n_ic, K, tpg, grid)
-            print(f"grid {grid:3d} tiles {tiles:5d} units {n_ic * K:3d}: whole tiles {dp:5d}, "
+            dp, sk, longest, whole = check(tiles, n_ic, K, tpg, grid, mode)
+            print(f"mode {mode} grid {grid:3d} tiles {tiles:5d} units {n_ic * K:3d}: whole tiles {dp:5d}, "
                   f"longest block {longest} units (whole tiles only: {whole})")
     print("ok")

@@ -112,7 +112,7 @@ def test_tma_forward_with_skewed_consumers(kernel, skew, dtype, precision, monke
     ("wgmma", "CAUSALCONV_CONSUMER_SKEW", "-1", "CAUSALCONV_CONSUMER_SKEW must be 0 to 64"),
     ("wgmma-window", "CAUSALCONV_FRAGMENT_DEPTH", "3", "CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4"),
     ("wgmma", "CAUSALCONV_CHANNEL_SPLIT", "2", "CAUSALCONV_CHANNEL_SPLIT must be 0 or 1"),
-    ("wgmma-window", "CAUSALCONV_STREAM_K", "yes", "CAUSALCONV_STREAM_K must be 0 or 1"),
+    ("wgmma-window", "CAUSALCONV_STREAM_K", "yes", "CAUSALCONV_STREAM_K must be 0, 1 or 2"),
     ("wgmma", "CAUSALCONV_PDL", "2", "CAUSALCONV_PDL must be 0 or 1")])
 def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatch):
     if not ext().has_wgmma():
@@ -147,8 +147,10 @@ def test_fp32_channel_split(precision, monkeypatch):
         assert torch.equal(runs[0], runs[1]), "channel-split forward differs between identical runs"
 
 
-def test_fp32_stream_k(monkeypatch):
-    """The raw-window TF32 forward cuts its last waves' tiles into segments along the
+@pytest.mark.parametrize("mode", ["1", "2"])
+def test_fp32_stream_k(mode, monkeypatch):
+    """The raw-window TF32 forward cuts its last waves' tiles (CAUSALCONV_STREAM_K=1) or all
+    of them (=2) into segments along the
     reduction (stream_k.cuh), the head of a tile adding the tail's partial sums that the next
     block stored.  Shapes sized from this GPU's multiprocessor count so that the split
     engages: one wave and a few tiles more (nearly every tile cut), two waves and more (whole
@@ -166,10 +168,10 @@ def test_fp32_stream_k(monkeypatch):
                 (sms // 8 + 1, 128, 128, 4, 1, 1, 2048), (sms // 8 + 1, 100, 192, 5, 3, 1, 1000),
                 (sms // 32 + 1, 256, 256, 3, 2, 2, 4096), (2 * sms // 10 + 1, 128, 128, 4, 1, 1, 2560)):
             seed += 1
-            label = f"stream-K {b}x{c_in}->{c_out} K={k} d={dilation} g={groups} L={length}"
+            label = f"stream-K {mode} {b}x{c_in}->{c_out} K={k} d={dilation} g={groups} L={length}"
             x = make_x((b, c_in, length), torch.float32, DEV, "contiguous", seed)
             w, bias = _weights(c_out, c_in // groups, k, torch.float32, True, seed)
-            monkeypatch.setenv("CAUSALCONV_STREAM_K", "1")
+            monkeypatch.setenv("CAUSALCONV_STREAM_K", mode)
             _check(x, w, bias, dilation, groups, "tf32", label)
             runs = [causal_conv1d(x, w, bias, dilation, groups, "tf32") for _ in range(2)]
             assert torch.equal(runs[0], runs[1]), f"{label}: differs between identical runs"
