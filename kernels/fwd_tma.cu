@@ -33,6 +33,7 @@
 
 #include "launchers.h"
 #include "scratch.h"
+#include "stream_k.cuh"
 #include "tc_common.cuh"
 #include "tensor_map.h"
 #include "weight_image.cuh"
@@ -72,6 +73,11 @@ struct FwdTmaTraits : WarpRoles<T> {
   // elements is 8 bytes, four lanes fill one 32-byte sector, so its direct stores waste
   // nothing, and staging only added shared-memory traffic (~12 KB per tap, v12 profile).
   static constexpr bool kStaged = sizeof(T) == 2;
+  // Stream-K segments (CAUSALCONV_STREAM_K=2) for the 16-bit types: fp32 TF32 has the
+  // raw-window forward for that (fwd_rs.cu), and the hand-over's code cost this kernel's
+  // fp32 consumers spills at 512 threads.
+  static constexpr bool kStreamK = sizeof(T) == 2;
+  using Walk = std::conditional_t<kStreamK, SegmentWalk, WholeTiles>;
   // One such buffer per warp: a slice waits until the TMA store of the previous one has
   // read it.  Two buffers (the next slice written while the last store still reads)
   // measured ~1% slower in bf16 and fp16 (v16): their 8 KB cost one weight slot (6 not 7).
@@ -103,6 +109,7 @@ struct FwdTmaPlan {
   int csplits;       // blocks per tile, each over ic_per input-channel chunks (p.ws)
   int ic_per;
   int64_t n_tt, n_tiles, n_items;  // n_items = n_tiles x csplits
+  StreamKPlan sk;    // which blocks run which items, whole or in segments of stages (stream_k.cuh)
 };
 
 // A block's unit of work: one tile's reduction over the input-channel chunks ic0 ..
@@ -361,10 +368,11 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
       const uint32_t raw_bytes = Tr::kCI * pl.window * static_cast<uint32_t>(sizeof(T));
       Ring wr, rr;  // weight-slot ring, raw-window ring
       bool image_ready = false;  // the weight image kernel ahead of this one has finished
-      for (int64_t item = blockIdx.x; item < pl.n_items; item += gridDim.x) {
-        const WorkItem tc = decode_item(item, pl, p.groups, N);
+      typename Tr::Walk walk(pl.sk);
+      for (Segment seg; walk.next(pl.sk, seg);) {
+        const WorkItem tc = decode_item(seg.tile, pl, p.groups, N);
         const int64_t w_tile = (static_cast<int64_t>(tc.g) * pl.n_ot + tc.ot) * pl.n_ic;
-        for (int j = 0; j < tc.S; ++j, rr.next(nraw)) {
+        for (int j = seg.u0, j_end = min(tc.S, seg.u1); j < j_end; ++j, rr.next(nraw)) {
           const int jc = j / pl.ngroups, ic = tc.ic0 + jc, k0 = (j - jc * pl.ngroups) * pl.tpg,
                     nt = min(pl.tpg, p.K - k0);
           // The raw window first: it waits only for the shifters, who then transpose
@@ -397,9 +405,10 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
     const int tid = wg == 0 ? threadIdx.x - 32 : threadIdx.x - 128 * (Tr::kConsumers + 1) + WarpRoles<T>::kShifters;
     const bool tf32 = std::is_same_v<T, float> && p.precision != Precision::kNative;
     Ring xr, rr;
-    for (int64_t item = blockIdx.x; item < pl.n_items; item += gridDim.x) {
-      const WorkItem tc = decode_item(item, pl, p.groups, N);
-      for (int j = 0; j < tc.S; ++j, xr.next(Tr::kTiles), rr.next(nraw)) {
+    typename Tr::Walk walk(pl.sk);
+    for (Segment seg; walk.next(pl.sk, seg);) {
+      const WorkItem tc = decode_item(seg.tile, pl, p.groups, N);
+      for (int j = seg.u0, j_end = min(tc.S, seg.u1); j < j_end; ++j, xr.next(Tr::kTiles), rr.next(nraw)) {
         const int valid = p.cin_g - (tc.ic0 + j / pl.ngroups) * Tr::kCI;  // channels of the chunk inside the group
         ptx::mbar_wait(rawfull(rr.idx), rr.phase);
         ptx::mbar_wait(xempty(xr.idx), xr.phase ^ 1);
@@ -437,12 +446,13 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
   int skew_left = c == 0 ? pl.skew : 0;
   if (c == 1 && pl.skew > 0) ptx::mbar_wait(skew_bar, 0);
   Ring wr, xr;
-  for (int64_t item = blockIdx.x; item < pl.n_items; item += gridDim.x) {
-    const WorkItem tc = decode_item(item, pl, p.groups, N);
+  typename Tr::Walk walk(pl.sk);
+  for (Segment seg; walk.next(pl.sk, seg);) {
+    const WorkItem tc = decode_item(seg.tile, pl, p.groups, N);
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) chain[i] = acc[i] = 0.f;
     int prev_w = -1, done_x = -1;  // in flight: the previous tap's slot; the x tile it finished
-    for (int j = 0; j < tc.S; ++j, xr.next(Tr::kTiles)) {
+    for (int j = seg.u0, j_end = min(tc.S, seg.u1); j < j_end; ++j, xr.next(Tr::kTiles)) {
       const int jc = j / pl.ngroups, k0 = (j - jc * pl.ngroups) * pl.tpg, nt = min(pl.tpg, p.K - k0);
       const int64_t ws0 = tc.t0 + static_cast<int64_t>(k0) * p.dilation + p.shift;
       const int off = static_cast<int>(ws0 - floor_div(ws0, Tr::kV) * Tr::kV);
@@ -482,6 +492,14 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
         ptx::mbar_arrive(wempty(prev_w));
         ptx::mbar_arrive(xempty(done_x));
       }
+    }
+    if constexpr (Tr::kStreamK) {  // a tail hands its sums to the block that runs the tile's head
+      float(&acc2)[1][N / 2] = *reinterpret_cast<float(*)[1][N / 2]>(&acc);
+      if (seg.u0 > 0) {
+        store_partial(pl.sk, c, acc2);
+        continue;
+      }
+      if (seg.u1 < pl.sk.units) add_partial(pl.sk, c, acc2);
     }
 
     // acc[4j + e]: output channel 16q + lane/4 (+8 for e >= 2), time 8j + 2(lane%4) + (e&1).
@@ -570,12 +588,22 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   const size_t smem = static_cast<size_t>(pl.slots) * Tr::kSlotBytes + static_cast<size_t>(Tr::kTiles) * pl.tile_bytes +
                       static_cast<size_t>(pl.nraw) * pl.raw_bytes + Tr::kStageBytes + Tr::kBarrierBytes + 1024;
 
-  // The image (its hi and lo parts with the split) lives in this stream's scratch
-  // buffer, leased until the kernel is enqueued.
+  const int64_t grid = std::min<int64_t>(pl.n_items, sms);
+  // Stream-K (CAUSALCONV_STREAM_K=2: every item's stages shared out over the grid), for
+  // the 16-bit types (whose items are whole tiles: the channel split is fp32's).
+  const int sk_mode = Tr::kStreamK && stream_k_mode() == 2 ? 2 : 0;
+  pl.sk = plan_stream_k(pl.n_items, pl.ic_per * pl.ngroups, grid, Tr::kConsumers, N / 2, sk_mode);
+
+  // The image (its hi and lo parts with the split), and Stream-K's partial sums and flags
+  // after it, live in this stream's scratch buffer, leased until the kernel is enqueued;
+  // the flags are zeroed before the image kernel, so that the forward stays its direct
+  // follower (launch_dependent).  The image is whole 16 KB taps: the partials stay aligned.
   const int64_t image = weight_image_elems<T, Tr::kBM>(p);
-  ScratchLease scratch(static_cast<size_t>(image) * Tr::kParts * sizeof(T), stream);
+  const size_t image_bytes = static_cast<size_t>(image) * Tr::kParts * sizeof(T);
+  ScratchLease scratch(image_bytes + pl.sk.workspace_bytes(), stream);
   T* hi = static_cast<T*>(scratch.data());
   T* lo = kSplit ? hi + image : nullptr;
+  attach_stream_k_workspace(pl.sk, static_cast<uint8_t*>(scratch.data()) + image_bytes, stream);
   write_weight_image<T, kImage, Tr::kBM>(p, hi, lo, stream);
   pl.w = hi;
   pl.w_lo = lo;
@@ -597,9 +625,9 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   const int first_stages = (pl.n_ic - (p.csplits - 1) * pl.ic_per) * pl.ngroups;  // the fewest of any item
   for (int j = 0; j < std::min(Tr::kTiles, first_stages); ++j)
     first_taps += std::min(pl.tpg, p.K - (j % pl.ngroups) * pl.tpg);
-  pl.skew = std::min({consumer_skew(), pl.slots, first_taps});
+  // (A Stream-K tail may hold fewer: no skew then.)
+  pl.skew = pl.sk.sk_units > 0 ? 0 : std::min({consumer_skew(), pl.slots, first_taps});
   pl.stagger = start_stagger();
-  const int64_t grid = std::min<int64_t>(pl.n_items, sms);
   auto kernel = fwd_tma_kernel<T, N, kSplit>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
   launch_dependent("conv_fwd_tma", kernel, grid, Tr::kThreads, smem, stream, map_x, map_y, p, pl);

@@ -74,6 +74,23 @@ class SegmentWalk {
   int64_t next_tile_, pos_, end_;
 };
 
+// SegmentWalk for a plan known to have no Stream-K part (every tile whole), in one
+// register pair: for kernels whose consumers have none to spare (fwd_tma.cu's fp32 ones).
+class WholeTiles {
+ public:
+  __device__ __forceinline__ explicit WholeTiles(const StreamKPlan&) : next_tile_(blockIdx.x) {}
+
+  __device__ __forceinline__ bool next(const StreamKPlan& s, Segment& seg) {
+    if (next_tile_ >= s.dp_tiles) return false;
+    seg = Segment{next_tile_, 0, s.units};
+    next_tile_ += gridDim.x;
+    return true;
+  }
+
+ private:
+  int64_t next_tile_;
+};
+
 // The plan for T tiles of `units` each on `grid` blocks whose `groups` consumer warpgroups
 // hold `per_thread` accumulators per thread (mode: stream_k_mode()).  Mode 1 takes the last
 // one or two waves when that shortens the longest block's work by at least 1%, counting for

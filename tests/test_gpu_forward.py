@@ -298,6 +298,31 @@ def test_automatic_choice_on_default_problem():
     assert n[expected] == 1 and sum(n.values()) == 1, n
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_16bit_stream_k(dtype, monkeypatch):
+    """CAUSALCONV_STREAM_K=2 shares every tile's stages of the 16-bit TMA forward out over the
+    grid (stream_k.cuh): block shares start with a tile's tail, whose fp32 sums go to the
+    block before it, and end with a head that adds them.  Against float64, and bitwise equal
+    between runs.  Shapes (at least a tile per block): K = 4 in one stage, K = 5 (two stages
+    per chunk), a partial input chunk, partial output and time tiles, groups, dilation, bias."""
+    if not ext().has_wgmma():
+        pytest.skip("the TMA forward needs an sm_90 GPU")
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    monkeypatch.setenv("CAUSALCONV_STREAM_K", "2")
+    seed = 3600
+    with forced_kernel("wgmma"):
+        for b, c_in, c_out, k, dilation, groups, length in (
+                (sms // 8 + 1, 256, 128, 4, 1, 1, 1536), (sms // 8 + 1, 100, 192, 5, 3, 1, 1000),
+                (sms // 32 + 1, 256, 256, 3, 2, 2, 4096), (2, 256, 256, 4, 1, 1, 8192)):
+            seed += 1
+            label = f"stream-K {dtype} {b}x{c_in}->{c_out} K={k} d={dilation} g={groups} L={length}"
+            x = make_x((b, c_in, length), dtype, DEV, "contiguous", seed)
+            w, bias = _weights(c_out, c_in // groups, k, dtype, True, seed)
+            _check(x, w, bias, dilation, groups, "tf32", label)
+            runs = [causal_conv1d(x, w, bias, dilation, groups) for _ in range(2)]
+            assert torch.equal(runs[0], runs[1]), f"{label}: differs between identical runs"
+
+
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
 def test_forward_as_dependent_launch(dtype, precision, monkeypatch):
     """By default (CAUSALCONV_PDL unset or 1) the TMA forwards launch as programmatic
