@@ -234,14 +234,15 @@ inline int consumer_skew() {
 inline bool channel_split_enabled() { return env_switch("CAUSALCONV_CHANNEL_SPLIT"); }
 
 // How the persistent TMA forwards deal their tiles (fwd_rs.cu, fwd_tma.cu's 16-bit types;
-// stream_k.cuh), from CAUSALCONV_STREAM_K: 0 every tile whole; 1 (fwd_rs.cu only) the last
-// waves' tiles cut into Stream-K segments, which on an H100 measured no gain (1-3% slower
-// on the default problem and 8x1024; NOTES v21); 2 (unset) every tile's units shared out
+// stream_k.cuh), from CAUSALCONV_STREAM_K: 0 (unset) every tile whole; 1 (fwd_rs.cu only)
+// the last waves' tiles cut into Stream-K segments, which on an H100 measured no gain (1-3%
+// slower on the default problem and 8x1024; NOTES v21); 2 every tile's units shared out
 // over the grid, so that the blocks' tile ends, and their bursts of output stores, fall at
 // different moments instead of all at once, and the last wave is as full as the others.
+// Mode 2 is an experiment that has not yet run on a GPU (NOTES v23).
 inline int stream_k_mode() {
   const char* v = std::getenv("CAUSALCONV_STREAM_K");
-  if (v == nullptr || *v == '\0') return 2;
+  if (v == nullptr || *v == '\0') return 0;
   CAUSALCONV_CHECK((v[0] == '0' || v[0] == '1' || v[0] == '2') && v[1] == '\0',
                    "causalconv: CAUSALCONV_STREAM_K must be 0, 1 or 2, got '", v, "'");
   return v[0] - '0';

@@ -30,7 +30,8 @@ cases = [  # B, C_in, C_out, groups, K, dilation, L
     (1, 48, 40, 1, 40, 1, 64),  # more taps than one weight-gradient tile holds
     (1, 160, 64, 1, 6, 7, 136),  # 16-bit weight gradient, MN-major x: two tiles of taps, three channel blocks
     # one wave of 128 x 256 tiles and a few more: with CAUSALCONV_STREAM_K=1 the raw-window
-    # forward cuts nearly every tile in two (partial sums and flags in the scratch buffer)
+    # forward cuts nearly every tile in two (partial sums and flags in the scratch buffer);
+    # with =2 every block's share of it and of the 16-bit forward starts and ends mid-tile
     (torch.cuda.get_device_properties(0).multi_processor_count // 8 + 1, 128, 128, 1, 4, 1, 2048),
 ]
 n = 0
