@@ -262,8 +262,10 @@ inline Stagger start_stagger() {
   Stagger s;
   const char* v = std::getenv("CAUSALCONV_STAGGER_NS");
   if (v != nullptr && *v != '\0') {
-    const long ns = std::atol(v);
-    CAUSALCONV_CHECK(ns >= 0 && ns <= 1000000, "causalconv: CAUSALCONV_STAGGER_NS must be 0 to 1000000, got '", v, "'");
+    char* end = nullptr;
+    const long ns = std::strtol(v, &end, 10);
+    CAUSALCONV_CHECK(*end == '\0' && ns >= 0 && ns <= 1000000,
+                     "causalconv: CAUSALCONV_STAGGER_NS must be 0 to 1000000 (nanoseconds), got '", v, "'");
     s.ns = static_cast<uint32_t>(ns);
   }
   s.short_blocks = env_switch("CAUSALCONV_STAGGER_SHORT", false);

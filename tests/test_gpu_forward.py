@@ -113,7 +113,10 @@ def test_tma_forward_with_skewed_consumers(kernel, skew, dtype, precision, monke
     ("wgmma-window", "CAUSALCONV_FRAGMENT_DEPTH", "3", "CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4"),
     ("wgmma", "CAUSALCONV_CHANNEL_SPLIT", "2", "CAUSALCONV_CHANNEL_SPLIT must be 0 or 1"),
     ("wgmma-window", "CAUSALCONV_STREAM_K", "yes", "CAUSALCONV_STREAM_K must be 0, 1 or 2"),
-    ("wgmma", "CAUSALCONV_PDL", "2", "CAUSALCONV_PDL must be 0 or 1")])
+    ("wgmma", "CAUSALCONV_PDL", "2", "CAUSALCONV_PDL must be 0 or 1"),
+    ("wgmma-window", "CAUSALCONV_STAGGER_NS", "5us", "CAUSALCONV_STAGGER_NS must be 0 to 1000000"),
+    ("wgmma", "CAUSALCONV_STAGGER_NS", "-1", "CAUSALCONV_STAGGER_NS must be 0 to 1000000"),
+    ("wgmma", "CAUSALCONV_STAGGER_SHORT", "yes", "CAUSALCONV_STAGGER_SHORT must be 0 or 1")])
 def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatch):
     if not ext().has_wgmma():
         pytest.skip("the knobs' kernels need an sm_90 GPU")
