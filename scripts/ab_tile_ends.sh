@@ -10,7 +10,7 @@
 # CAUSALCONV_STREAM_K=0 for the rest: the benchmark, the whole suite and memcheck over the
 # sm_90a kernels, in that order, so that a call cut off by its time limit still returns the
 # first.  Logs, smi.csv and h200.json under $OUT.
-#   scripts/ab_tile_ends.sh
+#   [TILE_END_SHAPES="B,Cin,Cout,K,d,L ..."] [BENCH_ARGS=--quick] scripts/ab_tile_ends.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/causalconv-out}
@@ -22,7 +22,7 @@ cp "$OUT/tests.log" "$OUT/tests_stream_k.log"
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active --format=csv -lms 250 \
   > "$OUT/smi.csv" 2>&1 &
 smi=$!
-shapes="32,256,256,4,1,8192 8,1024,1024,4,1,4096 32,256,512,4,1,8192"
+shapes=${TILE_END_SHAPES:-"32,256,256,4,1,8192 8,1024,1024,4,1,4096 32,256,512,4,1,8192"}
 off=auto@CAUSALCONV_STREAM_K=0 all=auto@CAUSALCONV_STREAM_K=2
 AB_CASES=float32:tf32,bfloat16:tf32,float16:tf32 AB_SHAPES="$shapes" STEP_TIMEOUT=150 TAIL=10 STEPS=ab \
   AB_KERNELS="$off,$all,$off,$all" scripts/device_check.sh
