@@ -15,14 +15,12 @@ for line in open(sys.argv[1]):
     for mode, ms in re.findall(r"CAUSALCONV_STREAM_K=(\d) ([0-9.]+) ms", line):
         key = (case, mode)
         best[key] = min(best.get(key, float("inf")), float(ms))
-wins = []
+wins = {}  # case -> whether mode 2 beat whole tiles by 1%; float16 is reported, not decisive
 for case in ("tf32", "bfloat16", "float16"):
     whole, shared = best.get((case, "0")), best.get((case, "2"))
     if whole is None or shared is None:
         print(f"{case}: not measured")
-        wins.append(case == "float16")
         continue
     print(f"{case}: whole tiles {whole:.3f} ms, shared out {shared:.3f} ms ({whole / shared - 1:+.1%})")
-    if case != "float16":
-        wins.append(shared * 1.01 <= whole)
-print(2 if all(wins) else 0)
+    wins[case] = shared * 1.01 <= whole
+print(2 if wins.get("tf32") and wins.get("bfloat16") else 0)
