@@ -352,7 +352,8 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   for (int j = 0; j < std::min(Tr::kRaw, pl.n_ic * pl.ngroups); ++j)
     first_taps += std::min(pl.tpg, p.K - (j % pl.ngroups) * pl.tpg);
   pl.skew = std::min({consumer_skew(), pl.slots, first_taps});
-  pl.stagger = start_stagger();
+  const double tile_flops = 2.0 * Tr::kTile * Tr::kN * pl.n_ic * Tr::kCI * p.K;
+  pl.stagger = start_stagger(tile_time_ns(tile_flops, sizeof(float), 1));
 
   const CUtensorMap map_x = make_bcl_tensor_map(p.x, at::kFloat, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
   auto kernel = fwd_rs_kernel<MI, Bufs>;

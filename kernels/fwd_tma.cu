@@ -627,7 +627,8 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
     first_taps += std::min(pl.tpg, p.K - (j % pl.ngroups) * pl.tpg);
   // (A Stream-K tail may hold fewer: no skew then.)
   pl.skew = pl.sk.sk_units > 0 ? 0 : std::min({consumer_skew(), pl.slots, first_taps});
-  pl.stagger = start_stagger();
+  const double item_flops = 2.0 * Tr::kBM * N * pl.ic_per * Tr::kCI * p.K;
+  pl.stagger = start_stagger(tile_time_ns(item_flops, sizeof(T), Tr::kSplit ? 3 : 1));
   auto kernel = fwd_tma_kernel<T, N, kSplit>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
   launch_dependent("conv_fwd_tma", kernel, grid, Tr::kThreads, smem, stream, map_x, map_y, p, pl);

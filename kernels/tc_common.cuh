@@ -2,6 +2,7 @@
 // traits, the 128-byte swizzle, A-fragment loads from staged x tiles, and the 16-bit
 // transpose of a raw x window into time-major tile rows.
 #pragma once
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -253,23 +254,41 @@ inline int stream_k_mode() {
 // multiprocessor storing its outputs in the same few microseconds) costs time:
 // CAUSALCONV_STAGGER_NS delays the producers of half the blocks by that many nanoseconds,
 // the odd-numbered ones, or with CAUSALCONV_STAGGER_SHORT=1 those with one tile fewer
-// (whose delay then costs nothing when it is under a tile).  0 by default.
+// (whose delay then costs nothing when it is under a tile).  CAUSALCONV_STAGGER_NS=half
+// delays the blocks with one tile fewer by half of `tile_ns`, the launcher's estimate of
+// one tile's time (tile_time_ns), so that one setting fits every problem and dtype; those
+// blocks pair up as the blocks that share an x window do (tile = block + i * grid, the
+// output-channel tile fastest), so the pairs stay in step.  0 by default.
 struct Stagger {
   uint32_t ns = 0;
   bool short_blocks = false;
 };
-inline Stagger start_stagger() {
+inline Stagger start_stagger(double tile_ns) {
   Stagger s;
   const char* v = std::getenv("CAUSALCONV_STAGGER_NS");
+  if (v != nullptr && std::strcmp(v, "half") == 0) {
+    s.ns = static_cast<uint32_t>(std::min(tile_ns / 2, 1e6));
+    s.short_blocks = true;
+    return s;
+  }
   if (v != nullptr && *v != '\0') {
     char* end = nullptr;
     const long ns = std::strtol(v, &end, 10);
     CAUSALCONV_CHECK(*end == '\0' && ns >= 0 && ns <= 1000000,
-                     "causalconv: CAUSALCONV_STAGGER_NS must be 0 to 1000000 (nanoseconds), got '", v, "'");
+                     "causalconv: CAUSALCONV_STAGGER_NS must be 0 to 1000000 (nanoseconds) or 'half', got '", v, "'");
     s.ns = static_cast<uint32_t>(ns);
   }
   s.short_blocks = env_switch("CAUSALCONV_STAGGER_SHORT", false);
   return s;
+}
+// One tile's time on one multiprocessor, estimated from its multiply-adds at the rates the
+// forwards reach on an H100 or H200 under their power cap (v22, v23: TF32 ~2.15, 16-bit
+// ~3.9 TFLOP/s per multiprocessor on the default problem), rounded up so that the estimate
+// errs short: a stagger of half of it then stays under half a tile.  `mma_passes` counts
+// the MMAs per multiply-add (3 for the 3xTF32 split).
+inline double tile_time_ns(double flops, int elem_bytes, int mma_passes) {
+  const double flops_per_ns = elem_bytes == 2 ? 4000.0 : 2200.0;
+  return flops * mma_passes / flops_per_ns;
 }
 // In the producer thread, before its first copy; `items` is the grid's work items.
 __device__ __forceinline__ void stagger_wait(const Stagger& s, int64_t items) {

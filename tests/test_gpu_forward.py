@@ -108,6 +108,32 @@ def test_tma_forward_with_skewed_consumers(kernel, skew, dtype, precision, monke
             _check(x, w, b, dilation, 1, precision, f"skew {skew} {c_in}->{c_out} K={k} d={dilation} L={length}")
 
 
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-window"])
+def test_tma_forward_with_staggered_start(kernel, dtype, precision, monkeypatch):
+    """CAUSALCONV_STAGGER_NS=half starts the blocks with one tile fewer half a tile late (the
+    launcher's estimate of a tile's time): only the start moves, so the results are bitwise
+    those of an unstaggered run, and right against float64.  Shapes whose tiles do not fill
+    whole waves on an H100 or H200 (132 multiprocessors), so that some blocks wait."""
+    if not ext().has_wgmma():
+        pytest.skip("the TMA forward needs an sm_90 GPU")
+    if kernel == "wgmma-window" and (dtype, precision) != (torch.float32, "tf32"):
+        pytest.skip("the raw-window kernel is TF32 only")
+    seed = 2100
+    with forced_kernel(kernel):
+        for b, c_in, c_out, k, dilation, length in ((4, 256, 256, 4, 1, 8192), (5, 96, 160, 5, 3, 1000)):
+            seed += 1
+            x = make_x((b, c_in, length), dtype, DEV, "contiguous", seed)
+            w, bias = _weights(c_out, c_in, k, dtype, True, seed)
+            label = f"stagger half {b}x{c_in}->{c_out} K={k} d={dilation} L={length}"
+            monkeypatch.setenv("CAUSALCONV_STAGGER_NS", "half")
+            _check(x, w, bias, dilation, 1, precision, label)
+            staggered = causal_conv1d(x, w, bias, dilation, 1, precision)
+            monkeypatch.setenv("CAUSALCONV_STAGGER_NS", "0")
+            plain = causal_conv1d(x, w, bias, dilation, 1, precision)
+            assert torch.equal(staggered, plain), f"{label}: differs from the unstaggered run"
+
+
 @pytest.mark.parametrize("kernel,knob,value,message", [
     ("wgmma", "CAUSALCONV_CONSUMER_SKEW", "-1", "CAUSALCONV_CONSUMER_SKEW must be 0 to 64"),
     ("wgmma-window", "CAUSALCONV_FRAGMENT_DEPTH", "3", "CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4"),
@@ -116,6 +142,7 @@ def test_tma_forward_with_skewed_consumers(kernel, skew, dtype, precision, monke
     ("wgmma", "CAUSALCONV_PDL", "2", "CAUSALCONV_PDL must be 0 or 1"),
     ("wgmma-window", "CAUSALCONV_STAGGER_NS", "5us", "CAUSALCONV_STAGGER_NS must be 0 to 1000000"),
     ("wgmma", "CAUSALCONV_STAGGER_NS", "-1", "CAUSALCONV_STAGGER_NS must be 0 to 1000000"),
+    ("wgmma", "CAUSALCONV_STAGGER_NS", "quarter", "CAUSALCONV_STAGGER_NS must be 0 to 1000000 .* or 'half'"),
     ("wgmma", "CAUSALCONV_STAGGER_SHORT", "yes", "CAUSALCONV_STAGGER_SHORT must be 0 or 1")])
 def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatch):
     if not ext().has_wgmma():

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One device call that decides between two settings of a run-time knob and benchmarks the
+# one it keeps, so that a single call both measures an experiment and publishes its outcome.
+# Build; the GPU tests that exercise the knob (PYTEST_K, under a short limit: a hang shows
+# there); the forward (ab_forward.py) on the default problem, 8x1024 and 32x256->512 in fp32,
+# bf16 and fp16 with BASE and CAND alternating, nvidia-smi sampling the clock and power
+# meanwhile; scripts/pick_setting.py keeps CAND only if it beat BASE by 1% on the default
+# problem in fp32 and bf16 (its verdict in $OUT/decision.txt); then, with the kept setting
+# exported, the benchmark, the whole suite and memcheck over the sm_90a kernels, in that
+# order, so that a call cut off by its time limit still returns the first.  Logs, smi.csv
+# and h200.json under $OUT.  Settings as ab_forward.py spells them: NAME=value+NAME2=value.
+#   BASE=CAUSALCONV_STAGGER_NS=0 CAND=CAUSALCONV_STAGGER_NS=half PYTEST_K=stagger \
+#     [AB_SHAPES="B,Cin,Cout,K,d,L ..."] [BENCH_ARGS=--quick] scripts/ab_decide.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${BASE:?the baseline setting, e.g. CAUSALCONV_STAGGER_NS=0}" "${CAND:?the candidate setting}"
+export OUT=${OUT:-/tmp/causalconv-out}
+mkdir -p "$OUT"
+STEPS="env build" STEP_TIMEOUT=150 TAIL=6 scripts/device_check.sh || exit 1
+if [ -n "${PYTEST_K:-}" ]; then
+  STEPS=tests PYTEST_ARGS="tests/test_gpu_forward.py" STEP_TIMEOUT=100 TAIL=10 scripts/device_check.sh
+  cp "$OUT/tests.log" "$OUT/tests_knob.log"
+fi
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active --format=csv -lms 250 \
+  > "$OUT/smi.csv" 2>&1 &
+smi=$!
+shapes=${AB_SHAPES:-"32,256,256,4,1,8192 8,1024,1024,4,1,4096 32,256,512,4,1,8192"}
+base=auto@$BASE cand=auto@$CAND
+AB_CASES=float32:tf32,bfloat16:tf32,float16:tf32 AB_SHAPES="$shapes" STEP_TIMEOUT=150 TAIL=10 STEPS=ab \
+  AB_KERNELS="$base,$cand,$base,$cand" scripts/device_check.sh
+kill $smi
+python3 scripts/pick_setting.py "$OUT/steps.log" "$BASE" "$CAND" > "$OUT/decision.txt"
+cat "$OUT/decision.txt"
+kept=$(tail -n 1 "$OUT/decision.txt")
+[ "$kept" = "$CAND" ] || kept=$BASE  # no verdict (the ab step cut off?) keeps the baseline
+echo "kept: $kept"
+IFS=+ read -ra assignments <<< "$kept"
+for a in "${assignments[@]}"; do export "${a?}"; done
+STEPS=bench STEP_TIMEOUT=170 TAIL=70 scripts/device_check.sh
+PYTEST_K= STEPS=tests STEP_TIMEOUT=220 TAIL=15 scripts/device_check.sh
+STEPS=memcheck SANITIZE_KERNELS=wgmma,wgmma-window STEP_TIMEOUT=70 TAIL=6 scripts/device_check.sh

@@ -1,0 +1,29 @@
+"""Reads ab_forward.py's lines (scripts/ab_decide.sh) and prints which of two knob settings
+the rest of that call runs: the candidate when it beat the baseline on the default problem
+by at least 1% in fp32 (TF32) and in bf16 (best of each setting's runs; fp16 is reported,
+not decisive), else the baseline.  Settings as ab_forward.py spells them after 'auto@'
+(NAME=value+NAME2=value).  The last line is the chosen setting alone.
+    python scripts/pick_setting.py steps.log CAUSALCONV_STREAM_K=0 CAUSALCONV_STREAM_K=2"""
+import re
+import sys
+
+DEFAULT = "(32, 256, 256, 4, 1, 8192)"
+log, base, cand = sys.argv[1:4]
+best = {}  # (case, setting) -> fastest ms
+for line in open(log):
+    if not line.startswith(DEFAULT):
+        continue
+    case = line[len(DEFAULT):].split()[0]
+    for setting in (base, cand):
+        for ms in re.findall(rf"auto@{re.escape(setting)} ([0-9.]+) ms", line):
+            key = (case, setting)
+            best[key] = min(best.get(key, float("inf")), float(ms))
+wins = {}  # case -> whether the candidate beat the baseline by 1%
+for case in ("tf32", "bfloat16", "float16"):
+    b, c = best.get((case, base)), best.get((case, cand))
+    if b is None or c is None:
+        print(f"{case}: not measured")
+        continue
+    print(f"{case}: {base} {b:.3f} ms, {cand} {c:.3f} ms ({b / c - 1:+.1%})")
+    wins[case] = c * 1.01 <= b
+print(cand if wins.get("tf32") and wins.get("bfloat16") else base)
