@@ -85,7 +85,10 @@ struct FwdTmaTraits : WarpRoles<T> {
   static constexpr int kStageRowBytes = 64;
   static constexpr int kWarpStageBytes = 16 * kStageRowBytes;
   static constexpr int kStageBytes = kStaged ? WarpRoles<T>::kConsumerWarps * kStageBuffers * kWarpStageBytes : 0;
-  static_assert(N % 64 == 0 && N <= 192, "a time tile plus its halo must fit one 256-wide TMA box");
+  // Up to 192 steps a tile plus its taps' span fits one 256-wide TMA box; 256-step tiles
+  // (16-bit only, CAUSALCONV_WIDE_TILES: fp32's 512 threads leave no room for 128
+  // accumulators) take two boxes per raw window.
+  static_assert(N % 64 == 0 && (N <= 192 || (N == 256 && sizeof(T) == 2)), "time tiles of 64 to 192, or 256 in 16-bit");
   // The split's consumers keep a stage's products in a chain accumulator of their own and
   // add it to the tile's totals with fp32 adds (the tensor cores' accumulation truncates,
   // and over a tile's hundreds of chained MMAs that bias exceeded fp32 accuracy, NOTES
@@ -99,6 +102,7 @@ struct FwdTmaPlan {
   int n_ot, n_ic;    // output-channel tiles, input-channel chunks (per group)
   int tpg, ngroups;  // taps per x stage, x stages per chunk
   int window;        // raw x row (elements): the tile, the taps' span, alignment slack
+  int box, boxes;    // the window arrives as `boxes` TMA boxes (1 or 2) of `box` elements
   int tile_bytes;    // one transposed x tile, all parts
   int part_bytes;    // one part of it (window rows of 128 bytes)
   int raw_bytes;     // one raw window
@@ -366,6 +370,7 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
       ptx::tma_prefetch_descriptor(&map_x);
       stagger_wait(pl.stagger, pl.n_items);
       const uint32_t raw_bytes = Tr::kCI * pl.window * static_cast<uint32_t>(sizeof(T));
+      const uint32_t box_bytes = Tr::kCI * pl.box * static_cast<uint32_t>(sizeof(T));
       Ring wr, rr;  // weight-slot ring, raw-window ring
       bool image_ready = false;  // the weight image kernel ahead of this one has finished
       typename Tr::Walk walk(pl.sk);
@@ -380,8 +385,9 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
           ptx::mbar_wait(rawempty(rr.idx), rr.phase ^ 1);
           const int64_t a0 = floor_div(tc.t0 + static_cast<int64_t>(k0) * p.dilation + p.shift, Tr::kV) * Tr::kV;
           ptx::mbar_arrive_expect_tx(rawfull(rr.idx), raw_bytes);
-          ptx::tma_load_3d(raw_base + rr.idx * pl.raw_bytes, &map_x, static_cast<int>(a0),
-                           tc.g * p.cin_g + ic * Tr::kCI, static_cast<int>(tc.b), rawfull(rr.idx));
+          for (int bx = 0; bx < pl.boxes; ++bx)
+            ptx::tma_load_3d(raw_base + rr.idx * pl.raw_bytes + bx * box_bytes, &map_x, static_cast<int>(a0) + bx * pl.box,
+                             tc.g * p.cin_g + ic * Tr::kCI, static_cast<int>(tc.b), rawfull(rr.idx));
           const int64_t w_off = ((w_tile + ic) * p.K + k0) * Tr::kTapBytes;
           if (!image_ready) ptx::griddep_wait();  // after the first window's copy went out
           image_ready = true;
@@ -414,8 +420,9 @@ __global__ void __launch_bounds__(FwdTmaTraits<T, N, kSplit>::kThreads, 1)
         ptx::mbar_wait(xempty(xr.idx), xr.phase ^ 1);
         if constexpr (sizeof(T) == 2) {
           static_assert(Tr::kExtraShifterGroups == 0, "16-bit shifters are warps 1-3 (shifter warp = warp - 1)");
-          transpose_window_b16<Tr::kShifters / 32>(raw_base + rr.idx * pl.raw_bytes, tiles_base + xr.idx * pl.tile_bytes, pl.window,
-                                   warp - 1, lane, valid);
+          transpose_window_b16<Tr::kShifters / 32>(raw_base + rr.idx * pl.raw_bytes, tiles_base + xr.idx * pl.tile_bytes,
+                                                   pl.window, warp - 1, lane, valid, pl.box,
+                                                   Tr::kCI * pl.box * static_cast<uint32_t>(sizeof(T)));
         } else {
           transpose_window_f32<Tr>(
               reinterpret_cast<const float*>(base_ptr + (raw_base - base) + rr.idx * pl.raw_bytes),
@@ -547,10 +554,13 @@ FwdTmaPlan make_plan(const ConvParams& p, int smem_limit) {
   const int avail = smem_limit - 1024 - Tr::kBarrierBytes - Tr::kStageBytes;
   for (int tpg = std::min(p.K, Tr::kMaxTaps); tpg >= 1; --tpg) {
     // A multiple of 8 elements (not only of kV): fp32's transpose needs it to be free of
-    // bank conflicts.
-    int64_t window = ceil_div(Tr::kV - 1 + static_cast<int64_t>(tpg - 1) * p.dilation + N, 8) * 8;
-    if (window > 256) continue;  // the TMA box limit: wide spans take fewer taps per stage
-    if constexpr (sizeof(T) == 2) window = conflict_free_window_b16(static_cast<int>(window));
+    // bank conflicts.  Two boxes split the span evenly, each a conflict-free pitch.
+    const int boxes = N > 192 ? 2 : 1;
+    const int64_t span = Tr::kV - 1 + static_cast<int64_t>(tpg - 1) * p.dilation + N;
+    int64_t box = ceil_div(ceil_div(span, boxes), 8) * 8;
+    if (box > 256) continue;  // the TMA box limit: wide spans take fewer taps per stage
+    if constexpr (sizeof(T) == 2) box = conflict_free_window_b16(static_cast<int>(box));
+    const int64_t window = box * boxes;
     const int part = static_cast<int>(ceil_div(window * 128, 1024) * 1024);
     const int tile = part * Tr::kParts;
     const int raw = static_cast<int>(ceil_div(Tr::kCI * window * static_cast<int64_t>(sizeof(T)), 1024) * 1024);
@@ -558,6 +568,8 @@ FwdTmaPlan make_plan(const ConvParams& p, int smem_limit) {
     if (slots < 2) continue;  // one tap retiring while the next runs
     pl.tpg = tpg;
     pl.window = static_cast<int>(window);
+    pl.box = static_cast<int>(box);
+    pl.boxes = boxes;
     pl.part_bytes = part;
     pl.tile_bytes = tile;
     pl.raw_bytes = raw;
@@ -608,7 +620,7 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
   pl.w = hi;
   pl.w_lo = lo;
 
-  const CUtensorMap map_x = make_bcl_tensor_map(p.x, dtype, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
+  const CUtensorMap map_x = make_bcl_tensor_map(p.x, dtype, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.box, Tr::kCI);
   // TMA stores of 16 channels x 64 bytes write whole boxes, clipped only at the tensor's
   // bounds, so a warp's 16 channels must not straddle two groups; y's rows must be
   // 16-byte aligned.
@@ -636,12 +648,13 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
 
 // Time tile: the fewest tile rounds over the multiprocessors, weighted by the tile's
 // length plus a fixed per-stage cost (~32 columns' worth), the longest tile on ties.  The
-// split's registers allow at most 128.
-int pick_time_tile(const ConvParams& p, int sms, bool split) {
-  const int longest = split ? 128 : 192;
+// split's registers allow at most 128; 256 is for the 16-bit types with
+// CAUSALCONV_WIDE_TILES=1.
+int pick_time_tile(const ConvParams& p, int sms, bool split, bool wide = false) {
+  const int longest = split ? 128 : wide ? 256 : 192;
   int best = longest;
   int64_t best_cost = -1;
-  for (int n : {192, 128, 64}) {
+  for (int n : {256, 192, 128, 64}) {
     if (n > longest) continue;
     const int64_t cost = ceil_div(tile_count(p, n), sms) * (n + 32);
     if (best_cost < 0 || cost < best_cost) {
@@ -681,9 +694,14 @@ void launch_typed(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream
       }
     }
   }
-  switch (pick_time_tile(p, sms, false)) {
+  constexpr bool kHalf = sizeof(T) == 2;
+  const bool wide = wide_tiles_enabled();  // read for every dtype, so that a bad value always says so
+  switch (pick_time_tile(p, sms, false, kHalf && wide)) {
     case 64: return launch<T, 64, false>(p, dtype, sms, stream);
     case 128: return launch<T, 128, false>(p, dtype, sms, stream);
+    case 256:
+      if constexpr (kHalf) return launch<T, 256, false>(p, dtype, sms, stream);
+      [[fallthrough]];
     default: return launch<T, 192, false>(p, dtype, sms, stream);
   }
 }

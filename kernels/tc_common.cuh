@@ -109,19 +109,26 @@ __host__ __device__ __forceinline__ int conflict_free_window_b16(int window) {
 // its data arrived (with two in flight, the v10 profile found the shifters waiting on
 // the stmatrix for its ldmatrix).  Channels at or past `valid` (outside the group) are
 // written as zeros.  The forward's x tiles and the 16-bit weight gradient's share it.
+// A window wider than one 256-element TMA box arrives as two boxes, [box][channel][pitch]
+// (`pitch` elements per row, the second box `box_bytes` after the first, each covering
+// pitch / 8 time blocks); a one-box window passes pitch = window.
 template <int kWarps>
 __device__ __forceinline__ void transpose_window_b16(uint32_t raw, uint32_t tile, int window, int shifter_warp, int lane,
-                                                     int valid) {
+                                                     int valid, int pitch, uint32_t box_bytes) {
   constexpr int kDepth = 4, kChannels = 64;
   const int i = lane >> 3, r = lane & 7;
   const int ops = window / 4;  // two channel halves x window / 8 time blocks
+  const int box_blocks = pitch / 8;
 #pragma unroll 1
   for (int o0 = shifter_warp; o0 < ops; o0 += kDepth * kWarps) {
     uint32_t v[kDepth][4];
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
       const int o = o0 + d * kWarps;  // warp-uniform, as ldmatrix needs
-      if (o < ops) ptx::ldmatrix_x4_trans(v[d], raw + (((4 * (o & 1) + i) * 8 + r) * window + (o >> 1) * 8) * 2);
+      if (o >= ops) continue;
+      const int tb = o >> 1, second = tb >= box_blocks;  // a compare, not a division: at most two boxes
+      ptx::ldmatrix_x4_trans(v[d], raw + second * box_bytes +
+                                       (((4 * (o & 1) + i) * 8 + r) * pitch + (tb - second * box_blocks) * 8) * 2);
     }
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
@@ -233,6 +240,12 @@ inline int consumer_skew() {
 // per tile (fwd_tma.cu): yes unless CAUSALCONV_CHANNEL_SPLIT=0, the knob that times a small
 // row without the split (NOTES v19).
 inline bool channel_split_enabled() { return env_switch("CAUSALCONV_CHANNEL_SPLIT"); }
+
+// Whether the 16-bit TMA forward (fwd_tma.cu) may take time tiles of 256 steps, whose raw
+// x windows span two TMA boxes, from CAUSALCONV_WIDE_TILES (0 by default): a knob for
+// measuring whether the wider tile's fewer shared-memory bytes per multiply-add (weights
+// re-read per tile, the halo transposed twice) outweigh its fewer weight slots (4, not 6).
+inline bool wide_tiles_enabled() { return env_switch("CAUSALCONV_WIDE_TILES", false); }
 
 // How the persistent TMA forwards deal their tiles (fwd_rs.cu, fwd_tma.cu's 16-bit types;
 // stream_k.cuh), from CAUSALCONV_STREAM_K: 0 (unset) every tile whole; 1 (fwd_rs.cu only)

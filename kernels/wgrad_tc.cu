@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(WgradTraits<T, Shape>::kThreads, 1)
             // Channels past the group are other groups' (or TMA's zeros): their columns
             // are never stored, so they need no masking.
             transpose_window_b16<Tr::kShifters / 32>(raw + ca * 64 * pl.window * 2, x_tile + ca * pl.part_bytes,
-                                                     pl.window, sw, lane, 64);
+                                                     pl.window, sw, lane, 64, pl.window, 0);
           }
           ptx::fence_proxy_async();  // the MMAs read through the async proxy
           ptx::mbar_arrive(ready(xr.idx));

@@ -3,14 +3,16 @@
 # one it keeps, so that a single call both measures an experiment and publishes its outcome.
 # Build; the GPU tests that exercise the knob (PYTEST_K, under a short limit: a hang shows
 # there); the forward (ab_forward.py) on the default problem, 8x1024 and 32x256->512 in fp32,
-# bf16 and fp16 with BASE and CAND alternating, nvidia-smi sampling the clock and power
-# meanwhile; scripts/pick_setting.py keeps CAND only if it beat BASE by 1% on the default
-# problem in fp32 and bf16 (its verdict in $OUT/decision.txt); then, with the kept setting
+# bf16 and fp16 (AB_CASES) with BASE and CAND alternating, nvidia-smi sampling the clock and
+# power meanwhile; scripts/pick_setting.py keeps CAND only if it beat BASE by 1% on the
+# default problem in every case of DECIDE (default fp32 and bf16; its verdict in
+# $OUT/decision.txt); then, with the kept setting
 # exported, the benchmark, the whole suite and memcheck over the sm_90a kernels, in that
 # order, so that a call cut off by its time limit still returns the first.  Logs, smi.csv
 # and h200.json under $OUT.  Settings as ab_forward.py spells them: NAME=value+NAME2=value.
 #   BASE=CAUSALCONV_STAGGER_NS=0 CAND=CAUSALCONV_STAGGER_NS=half PYTEST_K=stagger \
-#     [AB_SHAPES="B,Cin,Cout,K,d,L ..."] [BENCH_ARGS=--quick] scripts/ab_decide.sh
+#     [AB_SHAPES="B,Cin,Cout,K,d,L ..."] [AB_CASES=bfloat16:tf32,float16:tf32]
+#     [DECIDE=bfloat16,float16] [BENCH_ARGS=--quick] scripts/ab_decide.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${BASE:?the baseline setting, e.g. CAUSALCONV_STAGGER_NS=0}" "${CAND:?the candidate setting}"
@@ -26,10 +28,10 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.activ
 smi=$!
 shapes=${AB_SHAPES:-"32,256,256,4,1,8192 8,1024,1024,4,1,4096 32,256,512,4,1,8192"}
 base=auto@$BASE cand=auto@$CAND
-AB_CASES=float32:tf32,bfloat16:tf32,float16:tf32 AB_SHAPES="$shapes" STEP_TIMEOUT=150 TAIL=10 STEPS=ab \
+AB_CASES=${AB_CASES:-float32:tf32,bfloat16:tf32,float16:tf32} AB_SHAPES="$shapes" STEP_TIMEOUT=150 TAIL=10 STEPS=ab \
   AB_KERNELS="$base,$cand,$base,$cand" scripts/device_check.sh
 kill $smi
-python3 scripts/pick_setting.py "$OUT/steps.log" "$BASE" "$CAND" > "$OUT/decision.txt"
+python3 scripts/pick_setting.py "$OUT/steps.log" "$BASE" "$CAND" "${DECIDE:-tf32,bfloat16}" > "$OUT/decision.txt"
 cat "$OUT/decision.txt"
 kept=$(tail -n 1 "$OUT/decision.txt")
 [ "$kept" = "$CAND" ] || kept=$BASE  # no verdict (the ab step cut off?) keeps the baseline

@@ -1,14 +1,16 @@
 """Reads ab_forward.py's lines (scripts/ab_decide.sh) and prints which of two knob settings
 the rest of that call runs: the candidate when it beat the baseline on the default problem
-by at least 1% in fp32 (TF32) and in bf16 (best of each setting's runs; fp16 is reported,
-not decisive), else the baseline.  Settings as ab_forward.py spells them after 'auto@'
+by at least 1% in every decisive case (best of each setting's runs; by default fp32 (TF32)
+and bf16, fp16 reported only; a knob of the 16-bit kernels alone names its own, e.g.
+bfloat16,float16), else the baseline.  Settings as ab_forward.py spells them after 'auto@'
 (NAME=value+NAME2=value).  The last line is the chosen setting alone.
-    python scripts/pick_setting.py steps.log CAUSALCONV_STREAM_K=0 CAUSALCONV_STREAM_K=2"""
+    python scripts/pick_setting.py steps.log CAUSALCONV_STREAM_K=0 CAUSALCONV_STREAM_K=2 [tf32,bfloat16]"""
 import re
 import sys
 
 DEFAULT = "(32, 256, 256, 4, 1, 8192)"
 log, base, cand = sys.argv[1:4]
+decisive = (sys.argv[4] if len(sys.argv) > 4 else "tf32,bfloat16").split(",")
 best = {}  # (case, setting) -> fastest ms
 for line in open(log):
     if not line.startswith(DEFAULT):
@@ -26,4 +28,4 @@ for case in ("tf32", "bfloat16", "float16"):
         continue
     print(f"{case}: {base} {b:.3f} ms, {cand} {c:.3f} ms ({b / c - 1:+.1%})")
     wins[case] = c * 1.01 <= b
-print(cand if wins.get("tf32") and wins.get("bfloat16") else base)
+print(cand if all(wins.get(case) for case in decisive) else base)

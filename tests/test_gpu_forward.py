@@ -134,6 +134,39 @@ def test_tma_forward_with_staggered_start(kernel, dtype, precision, monkeypatch)
             assert torch.equal(staggered, plain), f"{label}: differs from the unstaggered run"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda v: str(v).replace("torch.", ""))
+def test_tma_forward_wide_time_tiles(dtype, monkeypatch):
+    """CAUSALCONV_WIDE_TILES=1 lets the 16-bit TMA forward take 256-step time tiles, whose raw
+    x windows arrive as two TMA boxes.  Each shape picks 256 on 132 multiprocessors (H100,
+    H200: fewer tile rounds per unit of length than 192 or 128): the default problem's
+    channels, a dilated K=5 over a partial channel chunk (96) and an L that is not a multiple
+    of 256, groups, and dilations whose span fills the two boxes (100: 232 each) or forces
+    fewer taps per stage (150).  The output of a column does not depend on how many columns
+    share its MMA, so the results are bitwise those of 192-step tiles, and right against
+    float64; the input gradient (the same kernel over dy) too."""
+    if not ext().has_wgmma():
+        pytest.skip("the TMA forward needs an sm_90 GPU")
+    seed = 2200
+    with forced_kernel("wgmma"):
+        for b, c_in, c_out, k, dilation, groups, length in ((4, 256, 256, 4, 1, 1, 8192), (8, 96, 160, 5, 3, 1, 8190),
+                                                            (4, 128, 128, 3, 2, 2, 8192), (2, 64, 64, 3, 100, 1, 16384),
+                                                            (2, 64, 64, 3, 150, 1, 16384)):
+            seed += 1
+            x = make_x((b, c_in, length), dtype, DEV, "contiguous", seed).requires_grad_()
+            w, bias = _weights(c_out, c_in // groups, k, dtype, True, seed)
+            dy = torch.randn(b, c_out, length, generator=torch.Generator().manual_seed(seed)).to(DEV, dtype)
+            label = f"wide tiles {b}x{c_in}->{c_out} K={k} d={dilation} g={groups} L={length}"
+            results = {}
+            for wide in ("1", "0"):
+                monkeypatch.setenv("CAUSALCONV_WIDE_TILES", wide)
+                if wide == "1":
+                    _check(x.detach(), w, bias, dilation, groups, "auto", label)
+                y = causal_conv1d(x, w, bias, dilation, groups, "auto")
+                results[wide] = (y.detach(), torch.autograd.grad(y, x, dy)[0])
+            assert torch.equal(results["1"][0], results["0"][0]), f"{label}: differs from 192-step tiles"
+            assert torch.equal(results["1"][1], results["0"][1]), f"{label}: input gradient differs from 192-step tiles"
+
+
 @pytest.mark.parametrize("kernel,knob,value,message", [
     ("wgmma", "CAUSALCONV_CONSUMER_SKEW", "-1", "CAUSALCONV_CONSUMER_SKEW must be 0 to 64"),
     ("wgmma-window", "CAUSALCONV_FRAGMENT_DEPTH", "3", "CAUSALCONV_FRAGMENT_DEPTH must be 2 or 4"),
@@ -143,7 +176,8 @@ def test_tma_forward_with_staggered_start(kernel, dtype, precision, monkeypatch)
     ("wgmma-window", "CAUSALCONV_STAGGER_NS", "5us", "CAUSALCONV_STAGGER_NS must be 0 to 1000000"),
     ("wgmma", "CAUSALCONV_STAGGER_NS", "-1", "CAUSALCONV_STAGGER_NS must be 0 to 1000000"),
     ("wgmma", "CAUSALCONV_STAGGER_NS", "quarter", "CAUSALCONV_STAGGER_NS must be 0 to 1000000 .* or 'half'"),
-    ("wgmma", "CAUSALCONV_STAGGER_SHORT", "yes", "CAUSALCONV_STAGGER_SHORT must be 0 or 1")])
+    ("wgmma", "CAUSALCONV_STAGGER_SHORT", "yes", "CAUSALCONV_STAGGER_SHORT must be 0 or 1"),
+    ("wgmma", "CAUSALCONV_WIDE_TILES", "256", "CAUSALCONV_WIDE_TILES must be 0 or 1")])
 def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatch):
     if not ext().has_wgmma():
         pytest.skip("the knobs' kernels need an sm_90 GPU")
