@@ -86,7 +86,7 @@ struct FwdTmaTraits : WarpRoles<T> {
   static constexpr int kWarpStageBytes = 16 * kStageRowBytes;
   static constexpr int kStageBytes = kStaged ? WarpRoles<T>::kConsumerWarps * kStageBuffers * kWarpStageBytes : 0;
   // Up to 192 steps a tile plus its taps' span fits one 256-wide TMA box; 256-step tiles
-  // (16-bit only, CAUSALCONV_WIDE_TILES: fp32's 512 threads leave no room for 128
+  // (16-bit only: fp32's 512 threads leave no room for 128
   // accumulators) take two boxes per raw window.
   static_assert(N % 64 == 0 && (N <= 192 || (N == 256 && sizeof(T) == 2)), "time tiles of 64 to 192, or 256 in 16-bit");
   // The split's consumers keep a stage's products in a chain accumulator of their own and
@@ -648,8 +648,8 @@ void launch(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t str
 
 // Time tile: the fewest tile rounds over the multiprocessors, weighted by the tile's
 // length plus a fixed per-stage cost (~32 columns' worth), the longest tile on ties.  The
-// split's registers allow at most 128; 256 is for the 16-bit types with
-// CAUSALCONV_WIDE_TILES=1.
+// split's registers allow at most 128; 256 is for the 16-bit types (unless
+// CAUSALCONV_WIDE_TILES=0).
 int pick_time_tile(const ConvParams& p, int sms, bool split, bool wide = false) {
   const int longest = split ? 128 : wide ? 256 : 192;
   int best = longest;
