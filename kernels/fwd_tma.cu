@@ -86,8 +86,8 @@ struct FwdTmaTraits : WarpRoles<T> {
   static constexpr int kWarpStageBytes = 16 * kStageRowBytes;
   static constexpr int kStageBytes = kStaged ? WarpRoles<T>::kConsumerWarps * kStageBuffers * kWarpStageBytes : 0;
   // Up to 192 steps a tile plus its taps' span fits one 256-wide TMA box; 256-step tiles
-  // (16-bit only: fp32's 512 threads leave no room for 128
-  // accumulators) take two boxes per raw window.
+  // (16-bit only: fp32's 512 threads leave no room for 128 accumulators) take two boxes
+  // per raw window.
   static_assert(N % 64 == 0 && (N <= 192 || (N == 256 && sizeof(T) == 2)), "time tiles of 64 to 192, or 256 in 16-bit");
   // The split's consumers keep a stage's products in a chain accumulator of their own and
   // add it to the tile's totals with fp32 adds (the tensor cores' accumulation truncates,

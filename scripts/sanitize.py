@@ -29,8 +29,7 @@ cases = [  # B, C_in, C_out, groups, K, dilation, L
     (2, 32, 32, 1, 2, 100, 264),  # taps further apart than a weight-gradient stage is long
     (1, 48, 40, 1, 40, 1, 64),  # more taps than one weight-gradient tile holds
     (1, 160, 64, 1, 6, 7, 136),  # 16-bit weight gradient, MN-major x: two tiles of taps, three channel blocks
-    # the 16-bit forward's 256-step tiles: raw windows of two
-    # TMA boxes, filled by three taps 100 apart
+    # the 16-bit forward's 256-step tiles: raw windows of two TMA boxes, filled by three taps 100 apart
     (8, 64, 64, 1, 3, 100, 8192),
     # one wave of 128 x 256 tiles and a few more: with CAUSALCONV_STREAM_K=1 the raw-window
     # forward cuts nearly every tile in two (partial sums and flags in the scratch buffer);

@@ -137,11 +137,11 @@ def test_tma_forward_with_staggered_start(kernel, dtype, precision, monkeypatch)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda v: str(v).replace("torch.", ""))
 def test_tma_forward_wide_time_tiles(dtype, monkeypatch):
     """The 16-bit TMA forward's 256-step time tiles (the default; CAUSALCONV_WIDE_TILES=0 keeps
-    them at 192 or fewer), whose raw x windows arrive as two TMA boxes.  Each shape picks 256 on 132 multiprocessors (H100,
-    H200: fewer tile rounds per unit of length than 192 or 128): the default problem's
-    channels, a dilated K=5 over a partial channel chunk (96) and an L that is not a multiple
-    of 256 (8184), groups, and dilations whose span fills the two boxes (100: 232 each) or forces
-    fewer taps per stage (150).  The output of a column does not depend on how many columns
+    them at 192 or fewer), whose raw x windows arrive as two TMA boxes.  Each shape picks 256
+    on 132 multiprocessors (H100, H200: fewer tile rounds per unit of length than 192 or
+    128): the default problem's channels, a dilated K=5 over a partial channel chunk (96) and
+    an L that is not a multiple of 256 (8184), groups, and dilations whose span fills the two
+    boxes (100: 232 each) or forces fewer taps per stage (150).  The output of a column does not depend on how many columns
     share its MMA, so the results are bitwise those of 192-step tiles, and right against
     float64; the input gradient (the same kernel over dy) too."""
     if not ext().has_wgmma():
