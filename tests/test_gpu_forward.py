@@ -501,16 +501,6 @@ def test_forward_allocates_only_its_output(dtype, precision):
     del y
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_runs_on_the_tensors_device():
-    x = torch.randn(2, 32, 512, device="cuda:1")
-    w = torch.randn(32, 32, 3, device="cuda:1")
-    with torch.cuda.device(0):
-        y = causal_conv1d(x, w)
-    assert y.device == x.device
-    torch.testing.assert_close(y.double(), exact_forward(x, w, None, 1, 1), atol=1e-2, rtol=1e-2)
-
-
 def test_compile_on_gpu():
     m = ModelNew(64, 64, 4, 2, True).to(DEV)
     compiled = torch.compile(m, fullgraph=True)
