@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device call that decides between two settings of a run-time knob and benchmarks the
 # one it keeps, so that a single call both measures an experiment and publishes its outcome.
-# Build; the GPU tests that exercise the knob (PYTEST_K, under a short limit: a hang shows
-# there); the forward (ab_forward.py) on the default problem, 8x1024 and 32x256->512 in fp32,
+# Build; the GPU tests that exercise the knob (PYTEST_K in PYTEST_FILES, by default
+# tests/test_gpu_forward.py, under a short limit: a hang shows there); the forward
+# (ab_forward.py; with AB=backward the backward, ab_backward.py) on the default problem,
+# 8x1024 and 32x256->512 in fp32,
 # bf16 and fp16 (AB_CASES) with BASE and CAND alternating, nvidia-smi sampling the clock and
 # power meanwhile; scripts/pick_setting.py keeps CAND only if it beat BASE by 1% on the
 # default problem in every case of DECIDE (default fp32 and bf16; its verdict in
@@ -20,7 +22,7 @@ export OUT=${OUT:-/tmp/causalconv-out}
 mkdir -p "$OUT"
 STEPS="env build" STEP_TIMEOUT=150 TAIL=6 scripts/device_check.sh || exit 1
 if [ -n "${PYTEST_K:-}" ]; then
-  STEPS=tests PYTEST_ARGS="tests/test_gpu_forward.py" STEP_TIMEOUT=100 TAIL=10 scripts/device_check.sh
+  STEPS=tests PYTEST_ARGS="${PYTEST_FILES:-tests/test_gpu_forward.py}" STEP_TIMEOUT=100 TAIL=10 scripts/device_check.sh
   cp "$OUT/tests.log" "$OUT/tests_knob.log"
 fi
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active --format=csv -lms 250 \
@@ -28,8 +30,13 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.activ
 smi=$!
 shapes=${AB_SHAPES:-"32,256,256,4,1,8192 8,1024,1024,4,1,4096 32,256,512,4,1,8192"}
 base=auto@$BASE cand=auto@$CAND
-AB_CASES=${AB_CASES:-float32:tf32,bfloat16:tf32,float16:tf32} AB_SHAPES="$shapes" STEP_TIMEOUT=150 TAIL=10 STEPS=ab \
-  AB_KERNELS="$base,$cand,$base,$cand" scripts/device_check.sh
+if [ "${AB:-forward}" = backward ]; then  # ab_backward.py names the settings alone
+  AB_CASES=${AB_CASES:-float32:tf32,bfloat16:tf32} AB_SHAPES="$shapes" STEP_TIMEOUT=200 TAIL=10 STEPS=ab_backward \
+    AB_SETTINGS="$BASE,$CAND,$BASE,$CAND" scripts/device_check.sh
+else
+  AB_CASES=${AB_CASES:-float32:tf32,bfloat16:tf32,float16:tf32} AB_SHAPES="$shapes" STEP_TIMEOUT=150 TAIL=10 STEPS=ab \
+    AB_KERNELS="$base,$cand,$base,$cand" scripts/device_check.sh
+fi
 kill $smi
 python3 scripts/pick_setting.py "$OUT/steps.log" "$BASE" "$CAND" "${DECIDE:-tf32,bfloat16}" > "$OUT/decision.txt"
 cat "$OUT/decision.txt"

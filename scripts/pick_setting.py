@@ -1,8 +1,8 @@
-"""Reads ab_forward.py's lines (scripts/ab_decide.sh) and prints which of two knob settings
+"""Reads ab_forward.py's or ab_backward.py's lines (scripts/ab_decide.sh) and prints which of two knob settings
 the rest of that call runs: the candidate when it beat the baseline on the default problem
 by at least 1% in every decisive case (best of each setting's runs; by default fp32 (TF32)
 and bf16, fp16 reported only; a knob of the 16-bit kernels alone names its own, e.g.
-bfloat16,float16), else the baseline.  Settings as ab_forward.py spells them after 'auto@'
+bfloat16,float16), else the baseline.  Settings as ab_forward.py spells them after 'auto@' and ab_backward.py alone
 (NAME=value+NAME2=value).  The last line is the chosen setting alone.
     python scripts/pick_setting.py steps.log CAUSALCONV_STREAM_K=0 CAUSALCONV_STREAM_K=2 [tf32,bfloat16]"""
 import re
@@ -17,7 +17,7 @@ for line in open(log):
         continue
     case = line[len(DEFAULT):].split()[0]
     for setting in (base, cand):
-        for ms in re.findall(rf"auto@{re.escape(setting)} ([0-9.]+) ms", line):
+        for ms in re.findall(rf"(?:auto@)?{re.escape(setting)} ([0-9.]+) ms", line):
             key = (case, setting)
             best[key] = min(best.get(key, float("inf")), float(ms))
 wins = {}  # case -> whether the candidate beat the baseline by 1%
