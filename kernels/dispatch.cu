@@ -394,8 +394,9 @@ namespace {
 // Whether both gradients may run side by side, from CAUSALCONV_BACKWARD_STREAMS (1, the
 // default, or 0: the knob that times the small rows with the gradients one after another).
 bool backward_streams_enabled() { return env_switch("CAUSALCONV_BACKWARD_STREAMS"); }
-// CAUSALCONV_PREROUNDED_DY=0: the fp32 weight gradient rounds dy itself (see backward).
-bool prerounded_dy_enabled() { return env_switch("CAUSALCONV_PREROUNDED_DY"); }
+// CAUSALCONV_PREROUNDED_DY=1: the fp32 weight gradient reads the input gradient's rounded dy
+// (see backward).  Off by default until it has run on a GPU (NOTES v26).
+bool prerounded_dy_enabled() { return env_switch("CAUSALCONV_PREROUNDED_DY", false); }
 
 // A small backward is five short launches in a row (weight flip, weight image, the input
 // gradient's forward; weight gradient, reduction), each on a few multiprocessors while the

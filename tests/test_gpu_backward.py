@@ -391,7 +391,7 @@ def test_weight_gradient_reduction_as_dependent_launch(dtype, precision, monkeyp
 def test_weight_gradient_reads_the_input_gradients_rounded_dy(groups, c_in, c_out, k, dilation, length, monkeypatch):
     """A large fp32 TF32 backward: the input gradient's raw-window kernel also writes dy
     rounded to TF32, and the weight gradient reads that copy instead of rounding dy itself
-    (CAUSALCONV_PREROUNDED_DY, on unless 0).  Both gradients must be bitwise those of the
+    (CAUSALCONV_PREROUNDED_DY=1).  Both gradients must be bitwise those of the
     weight gradient rounding dy itself, and right against float64 (poisoned outputs: a part
     of the copy left unwritten would show as NaN); the copy shows as a dy-sized rise of the
     peak memory.  Shapes: a partial last chunk of dy's channels and a partial time tile
