@@ -38,11 +38,6 @@ struct ConvParams {
   // the slices into y.
   float* ws = nullptr;
   int csplits = 1;
-
-  // The input gradient's fp32 raw-window forward (fwd_rs.cu) may also write its x, i.e. dy,
-  // rounded to TF32 as its operands are, contiguous (B, C_in, L): the weight gradient run
-  // after it then reads dy without rounding it again (dispatch.cu, backward).  Null: not asked.
-  float* x_tf32 = nullptr;
 };
 
 }  // namespace causalconv

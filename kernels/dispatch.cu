@@ -165,11 +165,9 @@ void check_common(const at::Tensor& x, const at::Tensor& w, int64_t dilation, in
 enum class Neighbours { kNone, kOtherStream };
 
 // Forward-style launch: y[b, o, t] = bias + sum w[o, i, k] * x[b, i, t + k*dilation + shift].
-// With x_tf32 given, an input gradient that runs on the raw-window fp32 kernel also returns
-// its x (dy) rounded to TF32 there (ConvParams::x_tf32); otherwise x_tf32 stays undefined.
 at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10::optional<at::Tensor>& bias,
                        int64_t dilation, int64_t groups, int64_t shift, Precision prec, bool is_input_grad,
-                       Neighbours neighbours = Neighbours::kNone, at::Tensor* x_tf32 = nullptr) {
+                       Neighbours neighbours = Neighbours::kNone) {
   at::Tensor x = x_in;
   const at::Tensor w = w_in.contiguous();
   const int64_t B = x.size(0), C_in = x.size(1), L = x.size(2), C_out = w.size(0), K = w.size(2);
@@ -214,10 +212,6 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
     case KernelKind::kFwdDepthwise: launch_fwd_depthwise(p, dtype, stream); break;
     case KernelKind::kFwdWgmma:
       if (c.tma && c.window && fwd_rs_supports(p, dtype)) {
-        if (x_tf32 && is_input_grad && p.shift == 0 && p.L % 4 == 0) {
-          *x_tf32 = at::empty({B, C_in, L}, x.options().memory_format(at::MemoryFormat::Contiguous));
-          p.x_tf32 = x_tf32->data_ptr<float>();
-        }
         launch_fwd_rs(p, dtype, sm_count(), stream);
       } else if (c.tma) {  // launch_fwd_tma checks fwd_tma_supports
         // Small grids split the input channels over several blocks per tile (fwd_tma.cu):
@@ -289,7 +283,7 @@ at::Tensor forward(const at::Tensor& x, const at::Tensor& weight, const c10::opt
 namespace {
 
 at::Tensor input_grad_beside(const at::Tensor& dy, const at::Tensor& weight, int64_t dilation, int64_t groups,
-                             int64_t precision, Neighbours neighbours, at::Tensor* dy_tf32 = nullptr) {
+                             int64_t precision, Neighbours neighbours) {
   CAUSALCONV_CHECK(dy.dim() == 3 && dy.size(1) == weight.size(0), "causalconv: grad_output must be (B, C_out, L)");
   const c10::cuda::CUDAGuard guard(dy.device());
   // dx[b, i, t] = sum_{o, k} w[o, i, K-1-k] * dy[b, o, t + k*dilation]: the forward
@@ -305,12 +299,11 @@ at::Tensor input_grad_beside(const at::Tensor& dy, const at::Tensor& weight, int
                      static_cast<int>(K), w.element_size(), c10::cuda::getCurrentCUDAStream().stream());
   check_common(dy, wt, dilation, groups);
   return run_forward(dy, wt, c10::nullopt, dilation, groups, 0, resolve(dy.scalar_type(), precision), true,
-                     neighbours, dy_tf32);
+                     neighbours);
 }
 
-// dy_tf32: dy_in holds TF32-rounded values already (the input gradient's copy).
 at::Tensor weight_grad_beside(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t K, int64_t dilation,
-                              int64_t groups, int64_t precision, Neighbours neighbours, bool dy_tf32 = false) {
+                              int64_t groups, int64_t precision, Neighbours neighbours) {
   CAUSALCONV_CHECK(dy_in.is_cuda() && x_in.is_cuda() && dy_in.dim() == 3 && x_in.dim() == 3,
                    "causalconv: weight_grad needs CUDA (B, C, L) tensors");
   CAUSALCONV_CHECK(dy_in.scalar_type() == x_in.scalar_type(), "causalconv: grad_output and x dtypes differ");
@@ -333,8 +326,6 @@ at::Tensor weight_grad_beside(const at::Tensor& dy_in, const at::Tensor& x_in, i
   p.dilation = static_cast<int>(dilation);
   p.shift = static_cast<int>(-(K - 1) * dilation);
   p.precision = resolve(dtype, precision);
-  CAUSALCONV_CHECK(!dy_tf32 || p.precision == Precision::kTF32, "causalconv: a TF32-rounded dy needs TF32 precision");
-  p.dy_tf32 = dy_tf32;
 
   const auto forced = static_cast<KernelChoice>(g_forced.load());
   const bool wgmma = sm_major() == 9 && built_for_sm90a();
@@ -394,9 +385,6 @@ namespace {
 // Whether both gradients may run side by side, from CAUSALCONV_BACKWARD_STREAMS (1, the
 // default, or 0: the knob that times the small rows with the gradients one after another).
 bool backward_streams_enabled() { return env_switch("CAUSALCONV_BACKWARD_STREAMS"); }
-// CAUSALCONV_PREROUNDED_DY=1: the fp32 weight gradient reads the input gradient's rounded dy
-// (see backward).  Off by default until it has run on a GPU (NOTES v26).
-bool prerounded_dy_enabled() { return env_switch("CAUSALCONV_PREROUNDED_DY", false); }
 
 // A small backward is five short launches in a row (weight flip, weight image, the input
 // gradient's forward; weight gradient, reduction), each on a few multiprocessors while the
@@ -408,12 +396,9 @@ bool prerounded_dy_enabled() { return env_switch("CAUSALCONV_PREROUNDED_DY", fal
 // us in bf16, 52-62 -> 78 us in fp32.  Hence from 2^26 to 2^28 multiply-adds (above that the
 // kernels fill more of the GPU and overlap less; not measured).  Never while the stream is
 // captured into a graph: a capture keeps one stream.
-double gradient_macs(const at::Tensor& x, const at::Tensor& weight) {
-  return static_cast<double>(x.size(0)) * x.size(2) * weight.size(0) * weight.size(1) * weight.size(2);
-}
 bool overlap_gradients(const at::Tensor& x, const at::Tensor& weight) {
   if (!backward_streams_enabled()) return false;
-  const double macs = gradient_macs(x, weight);
+  const double macs = static_cast<double>(x.size(0)) * x.size(2) * weight.size(0) * weight.size(1) * weight.size(2);
   if (macs < static_cast<double>(1 << 26) || macs >= static_cast<double>(1 << 28)) return false;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   CAUSALCONV_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream().stream(), &status));
@@ -429,21 +414,8 @@ std::vector<at::Tensor> backward(const at::Tensor& dy, const at::Tensor& x, cons
                    "causalconv: backward needs CUDA (B, C, L) tensors and a (C_out, C_in/groups, K) weight");
   const c10::cuda::CUDAGuard guard(dy.device());
   const int64_t K = weight.size(2);
-  if (!overlap_gradients(x, weight)) {
-    // The input gradient's raw-window kernel (fp32 TF32) also writes dy rounded to TF32 when
-    // asked, and the weight gradient then reads that copy instead of rounding dy in shared
-    // memory once per row tile (NOTES v26).  It costs a transient dy-sized buffer, so only
-    // where the problem is large (the same bound as overlap_gradients').
-    at::Tensor dy_tf32;
-    const bool ask = dy.scalar_type() == at::kFloat && resolve(dy.scalar_type(), precision) == Precision::kTF32 &&
-                     prerounded_dy_enabled() && gradient_macs(x, weight) >= static_cast<double>(1 << 28);
-    at::Tensor dx = input_grad_beside(dy, weight, dilation, groups, precision, Neighbours::kNone,
-                                      ask ? &dy_tf32 : nullptr);
-    const bool rounded = dy_tf32.defined();
-    at::Tensor dw = weight_grad_beside(rounded ? dy_tf32 : dy, x, K, dilation, groups, precision, Neighbours::kNone,
-                                       rounded);
-    return {dx, dw};
-  }
+  if (!overlap_gradients(x, weight))
+    return {input_grad(dy, weight, dilation, groups, precision), weight_grad(dy, x, K, dilation, groups, precision)};
   const c10::cuda::CUDAStream main = c10::cuda::getCurrentCUDAStream();
   const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, dy.device().index());
   // The side stream starts after everything already enqueued on the caller's stream (which

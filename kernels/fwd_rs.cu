@@ -24,10 +24,8 @@
 // (lane = 4g + c), words c * window + g, which then fall in 32 distinct banks.
 //
 // Roles: one producer thread issues the copies (raw windows first, then the stage's
-// taps' weights into their slots); warps 1-3 have nothing to transpose and give their
-// registers to the consumers, but when the launch asks for x rounded to TF32 (an input
-// gradient's dy, ConvParams::x_tf32) they write each tile's windows back rounded
-// (write_rounded_windows); warpgroups 1-2 issue the MMAs, one commit
+// taps' weights into their slots); warps 1-3 have no work (there is nothing to transpose)
+// and give their registers to the consumers; warpgroups 1-2 issue the MMAs, one commit
 // group per k-step, kBufs in flight (fragment_depth()): the fragments of k-step j load
 // while groups j - kBufs + 1 .. j - 1 run, into the registers group j - kBufs read.  Persistent grid, rings running on across tiles,
 // every role walking the same (tile, stage, tap) sequence as in fwd_tma.cu.  The epilogue
@@ -79,26 +77,7 @@ struct FwdRsPlan {
   Stagger stagger; // the start-stagger knob (tc_common.cuh)
   int64_t n_tt, n_tiles;
   StreamKPlan sk;  // which blocks run which tiles, whole or in segments (stream_k.cuh)
-  float* x_tf32;   // ConvParams::x_tf32 (null: warps 1-3 idle)
 };
-
-// The tile a (whole or partial) segment belongs to: output-channel tile, first time step,
-// group and batch, in the order the grid walks them (output-channel tile fastest, so that
-// the blocks sharing an x window run it together).
-struct RsTile {
-  int ot, g;
-  int64_t t0, b;
-};
-template <int kTile>
-__device__ __forceinline__ RsTile decode_tile(int64_t tile, const FwdRsPlan& pl, int groups) {
-  RsTile d;
-  d.ot = static_cast<int>(tile % pl.n_ot);
-  d.t0 = (tile / pl.n_ot % pl.n_tt) * kTile;
-  const int64_t rest = tile / pl.n_ot / pl.n_tt;
-  d.g = static_cast<int>(rest % groups);
-  d.b = rest / groups;
-  return d;
-}
 
 // A segment's units are (input-channel chunk, tap) pairs, unit = ic * K + k, walked stage
 // by stage as a whole tile is: stage j holds chunk j / ngroups and taps k0 .. k0 + nt - 1,
@@ -116,50 +95,6 @@ __device__ __forceinline__ StageTaps stage_taps(int j, const Segment& seg, int K
   st.kk_hi = min(min(tpg, K - st.k0), seg.u1 - u);
   return st;
 }
-
-// Warps 1-3 when pl.x_tf32 is set (an input gradient with shift 0, so a stage whose taps
-// start at 0 has its window start at the tile's first step): the blocks of output-channel
-// tile 0 write those windows' tile steps back, rounded to TF32 as the consumers round their
-// fragments, to x_tf32 (B, C_in, L).  Every (channel chunk, tile) has such a stage, so all
-// of x is written; a stage cut between two Stream-K segments is written twice, with equal
-// values.  The weight gradient that follows reads dy from there without rounding it, which
-// it would otherwise do in shared memory once per row tile.  Each warp releases the window
-// like a consumer warp (rawempty counts them).
-#if CAUSALCONV_HAS_WGMMA
-template <class Tr>
-__device__ __forceinline__ void write_rounded_windows(const ConvParams& p, const FwdRsPlan& pl, const uint8_t* raw_ptr,
-                                                      uint32_t rawfull0, uint32_t rawempty0) {
-  constexpr int kVecs = Tr::kTile / 4, kHalfVecs = Tr::kHalf / 4;  // float4s per row, per row half
-  const int tid = threadIdx.x - 32, lane = threadIdx.x & 31;
-  Ring rr;
-  SegmentWalk walk(pl.sk);
-  for (Segment seg; walk.next(pl.sk, seg);) {
-    const RsTile d = decode_tile<Tr::kTile>(seg.tile, pl, p.groups);
-    const int j_end = first_stage(seg.u1 - 1, p.K, pl.tpg, pl.ngroups) + 1;
-    for (int j = first_stage(seg.u0, p.K, pl.tpg, pl.ngroups); j < j_end; ++j, rr.next(Tr::kRaw)) {
-      const StageTaps st = stage_taps(j, seg, p.K, pl.tpg, pl.ngroups);
-      ptx::mbar_wait(rawfull0 + 8u * rr.idx, rr.phase);
-      if (d.ot == 0 && st.k0 == 0) {
-        const uint8_t* win = raw_ptr + rr.idx * pl.raw_bytes;
-        for (int v = tid; v < Tr::kCI * kVecs; v += Tr::kShifters) {
-          const int row = v / kVecs, h = v % kVecs / kHalfVecs, col = v % kHalfVecs * 4;
-          const int ch = st.ic * Tr::kCI + row;
-          const int64_t t = d.t0 + h * Tr::kHalf + col;  // L is a multiple of 4: t < L covers t + 3
-          if (ch >= p.cin_g || t >= p.L) continue;
-          float4 f = *reinterpret_cast<const float4*>(win + h * pl.half_bytes + (row * pl.window + col) * 4);
-          f.x = round_tf32(f.x);
-          f.y = round_tf32(f.y);
-          f.z = round_tf32(f.z);
-          f.w = round_tf32(f.w);
-          *reinterpret_cast<float4*>(pl.x_tf32 + (d.b * p.C_in + d.g * p.cin_g + ch) * p.L + t) = f;
-        }
-      }
-      __syncwarp();
-      if (lane == 0) ptx::mbar_arrive(rawempty0 + 8u * rr.idx);
-    }
-  }
-}
-#endif
 
 template <int MI, int Bufs>
 __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
@@ -188,7 +123,7 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
     }
     for (int r = 0; r < Tr::kRaw; ++r) {
       ptx::mbar_init(rawfull(r), 1);
-      ptx::mbar_init(rawempty(r), Tr::kConsumerWarps + (pl.x_tf32 ? Tr::kShifters / 32 : 0));
+      ptx::mbar_init(rawempty(r), Tr::kConsumerWarps);
     }
     ptx::mbar_init(skew_bar, 4);  // warpgroup 1's warps
     ptx::fence_mbar_init();
@@ -197,11 +132,7 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
 
   if (wg == 0) {
     ptx::setmaxnreg_dec<Tr::kCopyRegs>();
-    if (warp != 0) {
-      if (pl.x_tf32) write_rounded_windows<Tr>(p, pl, smem_raw + (raw_base - raw0), rawfull(0), rawempty(0));
-      return;
-    }
-    if (lane != 0) return;
+    if (threadIdx.x != 0) return;
     // Producer: raw buffer r is reused once both consumers' groups that read it retired,
     // weight slot w once the MMAs on its tap retired.
     ptx::tma_prefetch_descriptor(&map_x);
@@ -210,9 +141,10 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
     SegmentWalk walk(pl.sk);
     bool image_ready = false;  // the weight image kernel ahead of this one has finished
     for (Segment seg; walk.next(pl.sk, seg);) {
-      const RsTile d = decode_tile<Tr::kTile>(seg.tile, pl, p.groups);
-      const int ot = d.ot, g = d.g, b = static_cast<int>(d.b);
-      const int64_t t0 = d.t0;
+      const int64_t tile = seg.tile;
+      const int ot = static_cast<int>(tile % pl.n_ot);
+      const int64_t t0 = (tile / pl.n_ot % pl.n_tt) * Tr::kTile, rest = tile / pl.n_ot / pl.n_tt;
+      const int g = static_cast<int>(rest % p.groups), b = static_cast<int>(rest / p.groups);
       const int64_t w_tile = (static_cast<int64_t>(g) * pl.n_ot + ot) * pl.n_ic;
       const int j_end = first_stage(seg.u1 - 1, p.K, pl.tpg, pl.ngroups) + 1;
       for (int j = first_stage(seg.u0, p.K, pl.tpg, pl.ngroups); j < j_end; ++j, rr.next(Tr::kRaw)) {
@@ -254,9 +186,11 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
   if (c == 1 && pl.skew > 0) ptx::mbar_wait(skew_bar, 0);
   SegmentWalk walk(pl.sk);
   for (Segment seg; walk.next(pl.sk, seg);) {
-    const RsTile d = decode_tile<Tr::kTile>(seg.tile, pl, p.groups);
-    const int ot = d.ot, g = d.g;
-    const int64_t t0 = d.t0, b = d.b;
+    const int64_t tile = seg.tile;
+    const int ot = static_cast<int>(tile % pl.n_ot);
+    const int64_t t0 = (tile / pl.n_ot % pl.n_tt) * Tr::kTile, rest = tile / pl.n_ot / pl.n_tt;
+    const int g = static_cast<int>(rest % p.groups);
+    const int64_t b = rest / p.groups;
 #pragma unroll
     for (int mi = 0; mi < Tr::kMI; ++mi) {
 #pragma unroll
@@ -367,7 +301,6 @@ FwdRsPlan make_plan(const ConvParams& p, int smem_limit) {
   pl.n_ic = static_cast<int>(ceil_div(p.cin_g, Tr::kCI));
   pl.n_tt = ceil_div(p.L, Tr::kTile);
   pl.n_tiles = rs_tile_count(p, Tr::kTile);
-  pl.x_tf32 = p.x_tf32;
   const int avail = smem_limit - 1024 - Tr::kBarrierBytes;
   for (int tpg = std::min(p.K, Tr::kMaxTaps); tpg >= 1; --tpg) {
     // The half plus the taps' span from a 16-byte-aligned start, rounded up to 8 (mod 16).
@@ -395,8 +328,6 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   const int smem_limit = max_smem_optin();
   FwdRsPlan pl = make_plan<MI, Bufs>(p, smem_limit);
   CAUSALCONV_CHECK(pl.slots >= 2, "causalconv: no register-A forward pipeline fits dilation ", p.dilation);
-  CAUSALCONV_CHECK(!p.x_tf32 || (p.shift == 0 && p.L % 4 == 0),
-                   "causalconv: a rounded copy of x is written only by input gradients with L a multiple of 4");
   CAUSALCONV_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
                    "causalconv: problem too large for 32-bit TMA coordinates");
   const size_t smem =

@@ -39,7 +39,6 @@ struct WgradParams {
   int groups = 1, cin_g = 0, cout_g = 0, K = 1, dilation = 1, shift = 0;
   Precision precision = Precision::kNative;
   int splits = 1;
-  bool dy_tf32 = false;      // dy already holds TF32-rounded values (ConvParams::x_tf32)
 };
 int wgrad_generic_splits(const WgradParams& p, int sm_count);
 void launch_wgrad_generic(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);

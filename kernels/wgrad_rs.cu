@@ -143,16 +143,13 @@ __global__ void __launch_bounds__(RsTraits<Shape>::kThreads, 1)
       }
       return;
     }
-    // Rounders (warps 1-3): dy to TF32 in place, unless the input gradient's forward wrote
-    // it rounded already (p.dy_tf32).
+    // Rounders (warps 1-3): dy to TF32 in place.
     Ring sr;
     for (int s = 0; s < S; ++s, sr.next(nsl)) {
       ptx::mbar_wait(full(sr.idx), sr.phase);
-      if (!p.dy_tf32) {
-        round_tf32_in_place<Tr::kShifters>(reinterpret_cast<float4*>(base_ptr + sr.idx * pl.slot_bytes),
-                                           Tr::kDyBytes / 16, threadIdx.x - 32);
-        ptx::fence_proxy_async();  // the MMAs read dy through the async proxy
-      }
+      round_tf32_in_place<Tr::kShifters>(reinterpret_cast<float4*>(base_ptr + sr.idx * pl.slot_bytes),
+                                         Tr::kDyBytes / 16, threadIdx.x - 32);
+      ptx::fence_proxy_async();  // the MMAs read dy through the async proxy
       ptx::mbar_arrive(ready(sr.idx));
     }
     return;

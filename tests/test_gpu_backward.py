@@ -385,39 +385,3 @@ def test_weight_gradient_reduction_as_dependent_launch(dtype, precision, monkeyp
         exact = _exact_grads(x0, w, None, gy0, dilation, 1, precision)
         assert_close(got["1"][1], exact[1], dtype, precision, "dw", label=label)
 
-
-@pytest.mark.parametrize("groups,c_in,c_out,k,dilation,length", [(1, 128, 128, 4, 1, 2048), (2, 160, 144, 3, 5, 2052),
-                                                                 (1, 96, 64, 7, 2, 4096)])
-def test_weight_gradient_reads_the_input_gradients_rounded_dy(groups, c_in, c_out, k, dilation, length, monkeypatch):
-    """A large fp32 TF32 backward: the input gradient's raw-window kernel also writes dy
-    rounded to TF32, and the weight gradient reads that copy instead of rounding dy itself
-    (CAUSALCONV_PREROUNDED_DY=1).  Both gradients must be bitwise those of the
-    weight gradient rounding dy itself, and right against float64 (poisoned outputs: a part
-    of the copy left unwritten would show as NaN); the copy shows as a dy-sized rise of the
-    peak memory.  Shapes: a partial last chunk of dy's channels and a partial time tile
-    (groups of 72 output channels, L = 2052), and taps that need two stages per chunk (K = 7)."""
-    if not ext().has_wgmma():
-        pytest.skip("the raw-window kernels need an sm_90 GPU")
-    monkeypatch.setenv("CAUSALCONV_BACKWARD_STREAMS", "0")
-    b = 8192 // length + 1 if 8192 % length else 8192 // length  # B*L >= 8192: the raw-window forward runs dx
-    label = f"rounded dy {b}x{c_in}->{c_out} g={groups} K={k} d={dilation} L={length}"
-    x = make_x((b, c_in, length), torch.float32, DEV, "contiguous", 77)
-    g = torch.Generator().manual_seed(77)
-    w = (torch.randn(c_out, c_in // groups, k, generator=g) / (c_in // groups * k) ** 0.5).to(DEV)
-    gy = torch.randn(b, c_out, length, generator=g).to(DEV)
-    got, peak = {}, {}
-    for setting in ("0", "1"):
-        monkeypatch.setenv("CAUSALCONV_PREROUNDED_DY", setting)
-        _grads(x, w, None, gy, dilation, groups, "tf32")  # scratch buffers settle first
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        got[setting] = _grads(x, w, None, gy, dilation, groups, "tf32")
-        torch.cuda.synchronize()
-        peak[setting] = torch.cuda.max_memory_allocated() - base
-    for name, off, on in zip(("dx", "dw"), got["0"], got["1"]):
-        assert torch.equal(off, on), f"{label}: the rounded copy changed {name}"
-    assert peak["1"] - peak["0"] >= gy.numel() * 4, f"{label}: no dy-sized copy (peak {peak})"
-    exact = _exact_grads(x, w, None, gy, dilation, groups, "tf32")
-    assert_close(got["1"][0], exact[0], torch.float32, "tf32", "dx", label=label, terms=c_out // groups * k)
-    assert_close(got["1"][1], exact[1], torch.float32, "tf32", "dw", label=label)
