@@ -384,4 +384,3 @@ def test_weight_gradient_reduction_as_dependent_launch(dtype, precision, monkeyp
             assert torch.equal(off, on), f"{label}: dependent launch changed {name}"
         exact = _exact_grads(x0, w, None, gy0, dilation, 1, precision)
         assert_close(got["1"][1], exact[1], dtype, precision, "dw", label=label)
-
