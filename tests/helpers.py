@@ -53,6 +53,16 @@ def exact_forward(x, w, b, dilation, groups, precision="auto"):
     return causal_conv1d_reference(xs, ws, None if b is None else b.double(), dilation, groups)
 
 
+def exact_grads(x, w, b, gy, dilation, groups, precision="auto"):
+    """The float64 gradients (dx, dw, and db if b is given) of the kernels' operands."""
+    xs, ws, gys = oracle_operands(x.dtype, precision, x, w, gy)
+    xs.requires_grad_(True)
+    ws.requires_grad_(True)
+    b64 = None if b is None else b.double().requires_grad_(True)
+    y = causal_conv1d_reference(xs, ws, b64, dilation, groups)
+    return torch.autograd.grad(y, [xs, ws] + ([b64] if b64 is not None else []), gys)
+
+
 def assert_close(out: torch.Tensor, exact: torch.Tensor, dtype, precision, quantity="out", label="", conv=None,
                  terms=0):
     """Print max/mean errors, then assert against TOLERANCES (NaN never passes).

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from causalconv import CausalConv1d, ModelNew, causal_conv1d, causal_conv1d_reference
-from helpers import assert_close, count_launches, ext, forced_kernel, make_x, oracle_operands, poisoned_outputs
+from helpers import assert_close, count_launches, exact_grads, ext, forced_kernel, make_x, poisoned_outputs
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -23,15 +23,6 @@ def _grads(x, w, b, gy, dilation, groups, precision):
     return grads
 
 
-def _exact_grads(x, w, b, gy, dilation, groups, precision):
-    xs, ws, gys = oracle_operands(x.dtype, precision, x, w, gy)
-    xs.requires_grad_(True)
-    ws.requires_grad_(True)
-    b64 = None if b is None else b.double().requires_grad_(True)
-    y = causal_conv1d_reference(xs, ws, b64, dilation, groups)
-    return torch.autograd.grad(y, [xs, ws] + ([b64] if b64 is not None else []), gys)
-
-
 def _check(c_in, c_out, groups, k, dilation, length, dtype, precision, bias, layout, seed, label):
     x = make_x((2, c_in, length), dtype, DEV, layout, seed)
     g = torch.Generator().manual_seed(seed)
@@ -39,7 +30,7 @@ def _check(c_in, c_out, groups, k, dilation, length, dtype, precision, bias, lay
     b = torch.randn(c_out, generator=g).to(DEV, dtype) if bias else None
     gy = torch.randn(2, c_out, length, generator=g).to(DEV, dtype)
     got = _grads(x, w, b, gy, dilation, groups, precision)
-    exact = _exact_grads(x, w, b, gy, dilation, groups, precision)
+    exact = exact_grads(x, w, b, gy, dilation, groups, precision)
     for name, a, e in zip(("dx", "dw", "db"), got, exact):
         quantity = "out" if name == "db" else name
         if name == "db":  # a plain sum of dy, reduced by torch in the input dtype
@@ -101,7 +92,7 @@ def test_long_or_dilated_weight_gradient_runs_on_tensor_cores(k, dilation, kerne
     with forced_kernel(kernel), count_launches() as n, poisoned_outputs():
         dw = torch.autograd.grad(causal_conv1d(x, w, dilation=dilation, precision="tf32"), [w], gy)[0]
     assert n["wgrad_wgmma"] == 1 and n["wgrad_generic"] == 0, n
-    exact = _exact_grads(x, w, None, gy, dilation, 1, "tf32")[1]
+    exact = exact_grads(x, w, None, gy, dilation, 1, "tf32")[1]
     assert_close(dw, exact, torch.float32, "tf32", "dw", label=f"{kernel} K={k} d={dilation}")
 
 
@@ -119,7 +110,7 @@ def test_weight_gradient_of_unaligned_tensors(dtype):
     with count_launches() as launches, poisoned_outputs():
         dw = torch.autograd.grad(causal_conv1d(x, w, None, 2, 1, precision), [w], gy)[0]
     assert launches["wgrad_generic"] == 1, launches
-    exact = _exact_grads(x, w, None, gy, 2, 1, precision)[1]
+    exact = exact_grads(x, w, None, gy, 2, 1, precision)[1]
     assert_close(dw, exact, dtype, precision, "dw", label="unaligned")
 
 
@@ -382,5 +373,5 @@ def test_weight_gradient_reduction_as_dependent_launch(dtype, precision, monkeyp
         label = f"PDL {b}x{c_in}->{c_out} K={k} d={dilation} L={length}"
         for name, off, on in zip(("dx", "dw"), got["0"], got["1"]):
             assert torch.equal(off, on), f"{label}: dependent launch changed {name}"
-        exact = _exact_grads(x0, w, None, gy0, dilation, 1, precision)
+        exact = exact_grads(x0, w, None, gy0, dilation, 1, precision)
         assert_close(got["1"][1], exact[1], dtype, precision, "dw", label=label)
