@@ -58,8 +58,8 @@ struct FwdRsTraits : WarpRoles<float> {
   static constexpr int kKSteps = kCI / 8;
   static constexpr int kTapBytes = kN * 128;                 // one tap of the weight image
   static constexpr int kMaxTaps = 4;                         // taps per stage
-  static constexpr int kRaw = 2, kMaxSlots = 12;             // ring depths: raw windows, weight taps (at most)
-  static constexpr int kBarrierBytes = 8 * (2 * (kRaw + kMaxSlots) + 1);  // + the skew barrier
+  static constexpr int kMaxRaw = 4, kMaxSlots = 12;          // ring depths (at most): raw windows, weight taps
+  static constexpr int kBarrierBytes = 8 * (2 * (kMaxRaw + kMaxSlots) + 1);  // + the skew barrier
   static constexpr int kCopyRegs = 40, kMmaRegs = 232;      // setmaxnreg budgets, as in wgrad_rs.cu
   static_assert(kCopyRegs * 128 + kMmaRegs * 256 <= 65536, "the register file");
   static_assert(kKSteps % kBufs == 0, "a k-step's fragment buffer is its index mod kBufs in every tap");
@@ -73,6 +73,8 @@ struct FwdRsPlan {
   int half_bytes;  // one warpgroup's raw window
   int raw_bytes;   // both, a multiple of 1024
   int slots;       // weight-tap ring depth
+  int raws;        // raw-window ring depth
+  bool split_feed; // windows and weights issued by two producer threads (rs_split_feed())
   int skew;        // taps consumer warpgroup 1 issues before warpgroup 2 starts (fwd_tma.cu's knob)
   Stagger stagger; // the start-stagger knob (tc_common.cuh)
   int64_t n_tt, n_tiles;
@@ -108,12 +110,12 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
   const int nslots = pl.slots;
   // [weight slots][raw windows][barriers]
   const uint32_t raw_base = base + nslots * Tr::kTapBytes;
-  const uint32_t bars = raw_base + Tr::kRaw * pl.raw_bytes;
+  const uint32_t bars = raw_base + pl.raws * pl.raw_bytes;
   auto wfull = [&](int w) { return bars + 8u * w; };
   auto wempty = [&](int w) { return bars + 8u * (nslots + w); };
   auto rawfull = [&](int r) { return bars + 8u * (2 * nslots + r); };
-  auto rawempty = [&](int r) { return bars + 8u * (2 * nslots + Tr::kRaw + r); };
-  const uint32_t skew_bar = bars + 8u * (2 * nslots + 2 * Tr::kRaw);
+  auto rawempty = [&](int r) { return bars + 8u * (2 * nslots + pl.raws + r); };
+  const uint32_t skew_bar = bars + 8u * (2 * nslots + 2 * pl.raws);
 
   const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
@@ -121,7 +123,7 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
       ptx::mbar_init(wfull(w), 1);
       ptx::mbar_init(wempty(w), Tr::kConsumerWarps);
     }
-    for (int r = 0; r < Tr::kRaw; ++r) {
+    for (int r = 0; r < pl.raws; ++r) {
       ptx::mbar_init(rawfull(r), 1);
       ptx::mbar_init(rawempty(r), Tr::kConsumerWarps);
     }
@@ -132,10 +134,13 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
 
   if (wg == 0) {
     ptx::setmaxnreg_dec<Tr::kCopyRegs>();
-    if (threadIdx.x != 0) return;
-    // Producer: raw buffer r is reused once both consumers' groups that read it retired,
-    // weight slot w once the MMAs on its tap retired.
-    ptx::tma_prefetch_descriptor(&map_x);
+    // Producers: raw buffer r is reused once both consumers' groups that read it retired,
+    // weight slot w once the MMAs on its tap retired.  With split_feed, thread 0 issues the
+    // windows and warp 1's first thread the weights, so that the weight ring fills as far
+    // ahead as its depth, not only as far as the window ring lets one thread get.
+    const bool windows = threadIdx.x == 0, weights = threadIdx.x == (pl.split_feed ? 32 : 0);
+    if (!windows && !weights) return;
+    if (windows) ptx::tma_prefetch_descriptor(&map_x);
     stagger_wait(pl.stagger, pl.n_tiles);
     Ring wr, rr;
     SegmentWalk walk(pl.sk);
@@ -147,18 +152,21 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
       const int g = static_cast<int>(rest % p.groups), b = static_cast<int>(rest / p.groups);
       const int64_t w_tile = (static_cast<int64_t>(g) * pl.n_ot + ot) * pl.n_ic;
       const int j_end = first_stage(seg.u1 - 1, p.K, pl.tpg, pl.ngroups) + 1;
-      for (int j = first_stage(seg.u0, p.K, pl.tpg, pl.ngroups); j < j_end; ++j, rr.next(Tr::kRaw)) {
+      for (int j = first_stage(seg.u0, p.K, pl.tpg, pl.ngroups); j < j_end; ++j, rr.next(pl.raws)) {
         const StageTaps st = stage_taps(j, seg, p.K, pl.tpg, pl.ngroups);
         const int ic = st.ic, k0 = st.k0;
-        ptx::mbar_wait(rawempty(rr.idx), rr.phase ^ 1);
-        const int64_t a0 = floor_div(t0 + static_cast<int64_t>(k0) * p.dilation + p.shift, 4) * 4;
-        const uint32_t dst = raw_base + rr.idx * pl.raw_bytes;
-        ptx::mbar_arrive_expect_tx(rawfull(rr.idx), 2 * pl.half_bytes);
-        for (int h = 0; h < 2; ++h)
-          ptx::tma_load_3d(dst + h * pl.half_bytes, &map_x, static_cast<int>(a0 + h * Tr::kHalf),
-                           g * p.cin_g + ic * Tr::kCI, b, rawfull(rr.idx));
+        if (windows) {
+          ptx::mbar_wait(rawempty(rr.idx), rr.phase ^ 1);
+          const int64_t a0 = floor_div(t0 + static_cast<int64_t>(k0) * p.dilation + p.shift, 4) * 4;
+          const uint32_t dst = raw_base + rr.idx * pl.raw_bytes;
+          ptx::mbar_arrive_expect_tx(rawfull(rr.idx), 2 * pl.half_bytes);
+          for (int h = 0; h < 2; ++h)
+            ptx::tma_load_3d(dst + h * pl.half_bytes, &map_x, static_cast<int>(a0 + h * Tr::kHalf),
+                             g * p.cin_g + ic * Tr::kCI, b, rawfull(rr.idx));
+        }
+        if (!weights) continue;
         const int64_t w_off = ((w_tile + ic) * p.K + k0) * Tr::kTapBytes;
-        if (!image_ready) ptx::griddep_wait();  // after the first window's copy went out
+        if (!image_ready) ptx::griddep_wait();  // after the first window's copy went out, if one thread issues both
         image_ready = true;
         for (int kk = st.kk_lo; kk < st.kk_hi; ++kk, wr.next(nslots)) {
           ptx::mbar_wait(wempty(wr.idx), wr.phase ^ 1);
@@ -197,7 +205,7 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
       for (int i = 0; i < Tr::kN / 2; ++i) acc[mi][i] = 0.f;
     }
     const int j_end = first_stage(seg.u1 - 1, p.K, pl.tpg, pl.ngroups) + 1;
-    for (int j = first_stage(seg.u0, p.K, pl.tpg, pl.ngroups); j < j_end; ++j, rr.next(Tr::kRaw)) {
+    for (int j = first_stage(seg.u0, p.K, pl.tpg, pl.ngroups); j < j_end; ++j, rr.next(pl.raws)) {
       const StageTaps st = stage_taps(j, seg, p.K, pl.tpg, pl.ngroups);
       const int k0 = st.k0;
       const int64_t ws0 = t0 + static_cast<int64_t>(k0) * p.dilation + p.shift;
@@ -309,8 +317,9 @@ FwdRsPlan make_plan(const ConvParams& p, int smem_limit) {
     if (window > 256) continue;  // the TMA box limit: wide spans take fewer taps per stage
     const int half = static_cast<int>(Tr::kCI * window * 4);
     const int raw = static_cast<int>(ceil_div(2 * half, 1024) * 1024);
-    const int slots = std::min(Tr::kMaxSlots, (avail - Tr::kRaw * raw) / Tr::kTapBytes);
+    const int slots = std::min(Tr::kMaxSlots, (avail - 2 * raw) / Tr::kTapBytes);
     if (slots < 2) continue;  // one tap retiring while the next runs
+    pl.raws = 2;
     pl.tpg = tpg;
     pl.window = static_cast<int>(window);
     pl.half_bytes = half;
@@ -319,6 +328,20 @@ FwdRsPlan make_plan(const ConvParams& p, int smem_limit) {
     break;
   }
   pl.ngroups = pl.tpg ? static_cast<int>(ceil_div(p.K, pl.tpg)) : 0;
+  // A stage of one or two taps is consumed in a quarter to half the time of a four-tap one,
+  // too soon for two windows in flight to cover a window's DRAM latency (NOTES v27: on
+  // 16x64->64 K2 d512 the consumers spent a third of their samples waiting for windows and
+  // weights); such stages get up to four windows, keeping four weight slots.
+  pl.split_feed = rs_split_feed();
+  if (pl.split_feed && pl.tpg >= 1 && pl.tpg <= 2) {
+    for (int raws = Tr::kMaxRaw; raws > 2; --raws) {
+      const int slots = std::min(Tr::kMaxSlots, (avail - raws * pl.raw_bytes) / Tr::kTapBytes);
+      if (slots < 4) continue;
+      pl.raws = raws;
+      pl.slots = slots;
+      break;
+    }
+  }
   return pl;
 }
 
@@ -331,7 +354,7 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   CAUSALCONV_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
                    "causalconv: problem too large for 32-bit TMA coordinates");
   const size_t smem =
-      static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(Tr::kRaw) * pl.raw_bytes + Tr::kBarrierBytes + 1024;
+      static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(pl.raws) * pl.raw_bytes + Tr::kBarrierBytes + 1024;
 
   const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
   pl.sk = plan_stream_k(pl.n_tiles, pl.n_ic * p.K, grid, Tr::kConsumers, Tr::kMI * Tr::kN / 2, stream_k_mode());
@@ -347,9 +370,9 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   attach_stream_k_workspace(pl.sk, image + image_bytes / sizeof(float), stream);
   write_weight_image<float, Precision::kTF32, Tr::kN>(p, image, nullptr, stream);
   pl.w = image;
-  // At most what warpgroup 1 can issue alone: the weight slots and the first kRaw stages' taps.
+  // At most what warpgroup 1 can issue alone: the weight slots and the first raws stages' taps.
   int first_taps = 0;
-  for (int j = 0; j < std::min(Tr::kRaw, pl.n_ic * pl.ngroups); ++j)
+  for (int j = 0; j < std::min(pl.raws, pl.n_ic * pl.ngroups); ++j)
     first_taps += std::min(pl.tpg, p.K - (j % pl.ngroups) * pl.tpg);
   pl.skew = std::min({consumer_skew(), pl.slots, first_taps});
   const double tile_flops = 2.0 * Tr::kTile * Tr::kN * pl.n_ic * Tr::kCI * p.K;

@@ -225,6 +225,12 @@ inline int fragment_depth() {
   return d;
 }
 
+// Whether the raw-window TF32 forward (fwd_rs.cu) feeds its rings from two producer
+// threads (windows, weights) and gives stages of one or two taps up to four raw windows:
+// only with CAUSALCONV_RS_SPLIT_FEED=1 until it is measured on a GPU against one producer
+// thread and two windows (NOTES v27).
+inline bool rs_split_feed() { return env_switch("CAUSALCONV_RS_SPLIT_FEED", false); }
+
 // Taps the TMA forwards' consumer warpgroup 1 runs ahead of warpgroup 2 (fwd_tma.cu, fwd_rs.cu), from
 // CAUSALCONV_CONSUMER_SKEW, 0 (lockstep) by default: a knob for measuring whether
 // overlapping one warpgroup's epilogue with the other's MMAs pays.

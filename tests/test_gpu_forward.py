@@ -177,7 +177,8 @@ def test_tma_forward_wide_time_tiles(dtype, monkeypatch):
     ("wgmma", "CAUSALCONV_STAGGER_NS", "-1", "CAUSALCONV_STAGGER_NS must be 0 to 1000000"),
     ("wgmma", "CAUSALCONV_STAGGER_NS", "quarter", "CAUSALCONV_STAGGER_NS must be 0 to 1000000 .* or 'half'"),
     ("wgmma", "CAUSALCONV_STAGGER_SHORT", "yes", "CAUSALCONV_STAGGER_SHORT must be 0 or 1"),
-    ("wgmma", "CAUSALCONV_WIDE_TILES", "256", "CAUSALCONV_WIDE_TILES must be 0 or 1")])
+    ("wgmma", "CAUSALCONV_WIDE_TILES", "256", "CAUSALCONV_WIDE_TILES must be 0 or 1"),
+    ("wgmma-window", "CAUSALCONV_RS_SPLIT_FEED", "yes", "CAUSALCONV_RS_SPLIT_FEED must be 0 or 1")])
 def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatch):
     if not ext().has_wgmma():
         pytest.skip("the knobs' kernels need an sm_90 GPU")
@@ -244,6 +245,35 @@ def test_fp32_stream_k(mode, monkeypatch):
             assert not torch.equal(runs[0], whole), f"{label}: no tile was cut (same sums as whole tiles)"
             assert_close(whole, exact_forward(x, w, bias, dilation, groups, "tf32"), torch.float32, "tf32",
                          label=label + " whole tiles", terms=w.shape[1] * w.shape[2])
+
+
+def test_fp32_split_feed(monkeypatch):
+    """The raw-window TF32 forward with its windows and weights issued by two producer
+    threads, and up to four raw windows for stages of one or two taps
+    (CAUSALCONV_RS_SPLIT_FEED=1), against one producer and two windows (=0, the default):
+    the same MMAs in the same order, so bitwise equal, and within float64's tolerance.
+    Stages of one tap (K=2 at dilation 512: the taps' span exceeds a TMA box), of two (K=2),
+    of four and three (K=7), with Stream-K segments over the deeper ring, a partial input
+    chunk, partial output and time tiles, groups and bias."""
+    if not ext().has_wgmma():
+        pytest.skip("the raw-window forward needs an sm_90 GPU")
+    seed = 3700
+    with forced_kernel("wgmma-window"):
+        for b, c_in, c_out, k, dilation, groups, length, stream_k in (
+                (4, 64, 64, 2, 512, 1, 4096, "0"), (3, 100, 192, 2, 1, 1, 1000, "0"),
+                (2, 128, 128, 7, 4, 2, 2048, "0"), (9, 64, 64, 2, 300, 1, 4096, "2")):
+            seed += 1
+            label = f"split feed {b}x{c_in}->{c_out} K={k} d={dilation} g={groups} L={length} stream-K {stream_k}"
+            x = make_x((b, c_in, length), torch.float32, DEV, "contiguous", seed)
+            w, bias = _weights(c_out, c_in // groups, k, torch.float32, True, seed)
+            monkeypatch.setenv("CAUSALCONV_STREAM_K", stream_k)
+            results = {}
+            for split in ("1", "0"):
+                monkeypatch.setenv("CAUSALCONV_RS_SPLIT_FEED", split)
+                if split == "1":
+                    _check(x, w, bias, dilation, groups, "tf32", label)
+                results[split] = causal_conv1d(x, w, bias, dilation, groups, "tf32")
+            assert torch.equal(results["1"], results["0"]), f"{label}: differs from one producer and two windows"
 
 
 @pytest.mark.parametrize("c_in,c_out,groups", [(3, 5, 1), (96, 160, 1), (257, 257, 1), (16, 16, 1), (64, 64, 64),
