@@ -250,7 +250,7 @@ def test_fp32_stream_k(mode, monkeypatch):
 def test_fp32_split_feed(monkeypatch):
     """The raw-window TF32 forward with its windows and weights issued by two producer
     threads, and up to four raw windows for stages of one or two taps
-    (CAUSALCONV_RS_SPLIT_FEED=1), against one producer and two windows (=0, the default):
+    (CAUSALCONV_RS_SPLIT_FEED=1, the default), against one producer and two windows (=0):
     the same MMAs in the same order, so bitwise equal, and within float64's tolerance.
     Stages of one tap (K=2 at dilation 512: the taps' span exceeds a TMA box), of two (K=2),
     of four and three (K=7), with Stream-K segments over the deeper ring, a partial input
