@@ -3,8 +3,9 @@
 // registers):
 //   y[o, t] = bias[o] + sum_k sum_i w_k[o, i] * x[i, t + k*dilation + shift]
 // as a GEMM per tile with the roles of fwd_tma.cu's swapped: M = time (kMI x 64 steps per
-// consumer warpgroup, each warpgroup its own half of the tile), N = 128 output channels,
-// reduced over (input channel, tap) in chunks of 32 channels.
+// consumer warpgroup, each warpgroup its own half of the tile), N = 128 output channels
+// (64 for groups of 64 or fewer with CAUSALCONV_RS_NARROW_TILES=1), reduced over (input
+// channel, tap) in chunks of 32 channels.
 //
 // Why: fwd_tma.cu reads x as the B operand from shared memory, K-major, which x's layout
 // is not, so shifter warps transpose every raw window into a swizzled tile first (~19 KB
@@ -47,12 +48,12 @@ namespace causalconv {
 namespace tc {
 namespace {
 
-template <int MI, int Bufs>
+template <int MI, int Bufs, int N>
 struct FwdRsTraits : WarpRoles<float> {
   static constexpr int kMI = MI;                             // m64 instructions per warpgroup and k-step
   static constexpr int kBufs = Bufs;                         // k-steps of fragments in flight
   static constexpr int kHalf = 64 * kMI;                     // time steps per consumer warpgroup
-  static constexpr int kN = 128;                             // output channels per tile (the image's tiles)
+  static constexpr int kN = N;                               // output channels per tile (the image's tiles)
   static constexpr int kTile = kHalf * WarpRoles<float>::kConsumers;  // time steps per tile
   static constexpr int kCI = 32;                             // input channels per stage
   static constexpr int kKSteps = kCI / 8;
@@ -98,10 +99,10 @@ __device__ __forceinline__ StageTaps stage_taps(int j, const Segment& seg, int K
   return st;
 }
 
-template <int MI, int Bufs>
-__global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
+template <int MI, int Bufs, int N>
+__global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
     fwd_rs_kernel(const __grid_constant__ CUtensorMap map_x, ConvParams p, FwdRsPlan pl) {
-  using Tr = FwdRsTraits<MI, Bufs>;
+  using Tr = FwdRsTraits<MI, Bufs, N>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
 #if CAUSALCONV_HAS_WGMMA
   using Mma = wgmma::Mma<wgmma::Tf32, Tr::kN>;
@@ -296,19 +297,19 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs>::kThreads, 1)
 #endif
 }
 
-// Tiles of time tile `tile`: 128-channel output tiles x time tiles x groups x batch.
-int64_t rs_tile_count(const ConvParams& p, int tile) {
-  return ceil_div(p.cout_g, 128) * ceil_div(p.L, tile) * p.groups * p.B;
+// Tiles of time tile `tile` and output-channel tile `n`: output tiles x time tiles x groups x batch.
+int64_t rs_tile_count(const ConvParams& p, int tile, int n) {
+  return ceil_div(p.cout_g, n) * ceil_div(p.L, tile) * p.groups * p.B;
 }
 
-template <int MI, int Bufs>
+template <int MI, int Bufs, int N>
 FwdRsPlan make_plan(const ConvParams& p, int smem_limit) {
-  using Tr = FwdRsTraits<MI, Bufs>;
+  using Tr = FwdRsTraits<MI, Bufs, N>;
   FwdRsPlan pl{};
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kN));
   pl.n_ic = static_cast<int>(ceil_div(p.cin_g, Tr::kCI));
   pl.n_tt = ceil_div(p.L, Tr::kTile);
-  pl.n_tiles = rs_tile_count(p, Tr::kTile);
+  pl.n_tiles = rs_tile_count(p, Tr::kTile, Tr::kN);
   const int avail = smem_limit - 1024 - Tr::kBarrierBytes;
   for (int tpg = std::min(p.K, Tr::kMaxTaps); tpg >= 1; --tpg) {
     // The half plus the taps' span from a 16-byte-aligned start, rounded up to 8 (mod 16).
@@ -345,11 +346,11 @@ FwdRsPlan make_plan(const ConvParams& p, int smem_limit) {
   return pl;
 }
 
-template <int MI, int Bufs>
+template <int MI, int Bufs, int N>
 void launch(const ConvParams& p, int sms, cudaStream_t stream) {
-  using Tr = FwdRsTraits<MI, Bufs>;
+  using Tr = FwdRsTraits<MI, Bufs, N>;
   const int smem_limit = max_smem_optin();
-  FwdRsPlan pl = make_plan<MI, Bufs>(p, smem_limit);
+  FwdRsPlan pl = make_plan<MI, Bufs, N>(p, smem_limit);
   CAUSALCONV_CHECK(pl.slots >= 2, "causalconv: no register-A forward pipeline fits dilation ", p.dilation);
   CAUSALCONV_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
                    "causalconv: problem too large for 32-bit TMA coordinates");
@@ -362,7 +363,7 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   // The TF32-rounded image, and Stream-K's partial sums and flags after it, live in this
   // stream's scratch buffer, leased until the kernel is enqueued.  The flags are zeroed
   // before the image kernel, so that the forward stays its direct follower
-  // (launch_dependent); image_bytes is a multiple of one 16 KB tap, so the partials stay
+  // (launch_dependent); image_bytes is a multiple of one 8 or 16 KB tap, so the partials stay
   // 16-byte aligned.
   const size_t image_bytes = static_cast<size_t>(weight_image_elems<float, Tr::kN>(p)) * sizeof(float);
   ScratchLease scratch(image_bytes + pl.sk.workspace_bytes(), stream);
@@ -379,9 +380,21 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   pl.stagger = start_stagger(tile_time_ns(tile_flops, sizeof(float), 1));
 
   const CUtensorMap map_x = make_bcl_tensor_map(p.x, at::kFloat, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
-  auto kernel = fwd_rs_kernel<MI, Bufs>;
+  auto kernel = fwd_rs_kernel<MI, Bufs, N>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
   launch_dependent("conv_fwd_rs", kernel, grid, Tr::kThreads, smem, stream, map_x, p, pl);
+}
+
+// Time tile: the fewest tile rounds over the multiprocessors, weighted by the tile's
+// length plus a fixed per-tile cost, as fwd_tma.cu picks; 256 steps (two instructions per
+// warpgroup and k-step) or 128.
+template <int N>
+void launch_time_tile(const ConvParams& p, int sms, cudaStream_t stream) {
+  const int64_t cost256 = ceil_div(rs_tile_count(p, 256, N), sms) * (256 + 32);
+  const int64_t cost128 = ceil_div(rs_tile_count(p, 128, N), sms) * (128 + 32);
+  const bool deep = fragment_depth() == 4;
+  if (cost256 <= cost128) deep ? launch<2, 4, N>(p, sms, stream) : launch<2, 2, N>(p, sms, stream);
+  else deep ? launch<1, 4, N>(p, sms, stream) : launch<1, 2, N>(p, sms, stream);
 }
 
 }  // namespace
@@ -391,16 +404,13 @@ bool fwd_rs_supports(const ConvParams& p, at::ScalarType dtype) {
   return dtype == at::kFloat && p.precision == Precision::kTF32 && fwd_tma_supports(p, dtype);
 }
 
-// Time tile: the fewest tile rounds over the multiprocessors, weighted by the tile's
-// length plus a fixed per-tile cost, as fwd_tma.cu picks; 256 steps (two instructions per
-// warpgroup and k-step) or 128.
+// Output-channel tile: 128, or 64 for groups of 64 output channels or fewer when
+// rs_narrow_tiles() allows it (half the MMA columns, weight copies and epilogue of a
+// 128-channel tile, where half of those would be padding).
 void launch_fwd_rs(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream) {
   CAUSALCONV_CHECK(fwd_rs_supports(p, dtype), "causalconv: the register-A TMA forward is for TF32 float32 only");
-  const int64_t cost256 = ceil_div(tc::rs_tile_count(p, 256), sms) * (256 + 32);
-  const int64_t cost128 = ceil_div(tc::rs_tile_count(p, 128), sms) * (128 + 32);
-  const bool deep = tc::fragment_depth() == 4;
-  if (cost256 <= cost128) deep ? tc::launch<2, 4>(p, sms, stream) : tc::launch<2, 2>(p, sms, stream);
-  else deep ? tc::launch<1, 4>(p, sms, stream) : tc::launch<1, 2>(p, sms, stream);
+  if (p.cout_g <= 64 && tc::rs_narrow_tiles()) tc::launch_time_tile<64>(p, sms, stream);
+  else tc::launch_time_tile<128>(p, sms, stream);
 }
 
 }  // namespace causalconv

@@ -232,6 +232,11 @@ inline int fragment_depth() {
 // and within noise on four-tap stages (NOTES v27 measured).
 inline bool rs_split_feed() { return env_switch("CAUSALCONV_RS_SPLIT_FEED"); }
 
+// Whether the raw-window TF32 forward (fwd_rs.cu) tiles groups of 64 output channels or
+// fewer by 64 instead of 128: only with CAUSALCONV_RS_NARROW_TILES=1 until it is measured
+// on a GPU (NOTES v28; the 128-channel tile pads such groups with zero weights).
+inline bool rs_narrow_tiles() { return env_switch("CAUSALCONV_RS_NARROW_TILES", false); }
+
 // Taps the TMA forwards' consumer warpgroup 1 runs ahead of warpgroup 2 (fwd_tma.cu, fwd_rs.cu), from
 // CAUSALCONV_CONSUMER_SKEW, 0 (lockstep) by default: a knob for measuring whether
 // overlapping one warpgroup's epilogue with the other's MMAs pays.

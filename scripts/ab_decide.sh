@@ -7,14 +7,14 @@
 # 8x1024 and 32x256->512 in fp32,
 # bf16 and fp16 (AB_CASES) with BASE and CAND alternating, nvidia-smi sampling the clock and
 # power meanwhile; scripts/pick_setting.py keeps CAND only if it beat BASE by 1% on the
-# default problem in every case of DECIDE (default fp32 and bf16; its verdict in
+# default problem (or DECIDE_SHAPE) in every case of DECIDE (default fp32 and bf16; its verdict in
 # $OUT/decision.txt); then, with the kept setting
 # exported, the benchmark, the whole suite and memcheck over the sm_90a kernels, in that
 # order, so that a call cut off by its time limit still returns the first.  Logs, smi.csv
 # and h200.json under $OUT.  Settings as ab_forward.py spells them: NAME=value+NAME2=value.
 #   BASE=CAUSALCONV_STAGGER_NS=0 CAND=CAUSALCONV_STAGGER_NS=half PYTEST_K=stagger \
 #     [AB_SHAPES="B,Cin,Cout,K,d,L ..."] [AB_CASES=bfloat16:tf32,float16:tf32]
-#     [DECIDE=bfloat16,float16] [BENCH_ARGS=--quick] scripts/ab_decide.sh
+#     [DECIDE=bfloat16,float16] [DECIDE_SHAPE=16,64,64,2,512,16384] [BENCH_ARGS=--quick] scripts/ab_decide.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${BASE:?the baseline setting, e.g. CAUSALCONV_STAGGER_NS=0}" "${CAND:?the candidate setting}"

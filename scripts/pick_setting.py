@@ -4,11 +4,14 @@ by at least 1% in every decisive case (best of each setting's runs; by default f
 and bf16, fp16 reported only; a knob of the 16-bit kernels alone names its own, e.g.
 bfloat16,float16), else the baseline.  Settings as ab_forward.py spells them after 'auto@' and ab_backward.py alone
 (NAME=value+NAME2=value).  The last line is the chosen setting alone.
+DECIDE_SHAPE=B,Cin,Cout,K,d,L decides on that shape instead of the default problem (a knob that
+only changes some shapes, e.g. narrow channel counts).
     python scripts/pick_setting.py steps.log CAUSALCONV_STREAM_K=0 CAUSALCONV_STREAM_K=2 [tf32,bfloat16]"""
+import os
 import re
 import sys
 
-DEFAULT = "(32, 256, 256, 4, 1, 8192)"
+DEFAULT = "(" + ", ".join(os.environ.get("DECIDE_SHAPE", "32,256,256,4,1,8192").split(",")) + ")"
 log, base, cand = sys.argv[1:4]
 decisive = (sys.argv[4] if len(sys.argv) > 4 else "tf32,bfloat16").split(",")
 best = {}  # (case, setting) -> fastest ms

@@ -178,7 +178,8 @@ def test_tma_forward_wide_time_tiles(dtype, monkeypatch):
     ("wgmma", "CAUSALCONV_STAGGER_NS", "quarter", "CAUSALCONV_STAGGER_NS must be 0 to 1000000 .* or 'half'"),
     ("wgmma", "CAUSALCONV_STAGGER_SHORT", "yes", "CAUSALCONV_STAGGER_SHORT must be 0 or 1"),
     ("wgmma", "CAUSALCONV_WIDE_TILES", "256", "CAUSALCONV_WIDE_TILES must be 0 or 1"),
-    ("wgmma-window", "CAUSALCONV_RS_SPLIT_FEED", "yes", "CAUSALCONV_RS_SPLIT_FEED must be 0 or 1")])
+    ("wgmma-window", "CAUSALCONV_RS_SPLIT_FEED", "yes", "CAUSALCONV_RS_SPLIT_FEED must be 0 or 1"),
+    ("wgmma-window", "CAUSALCONV_RS_NARROW_TILES", "64", "CAUSALCONV_RS_NARROW_TILES must be 0 or 1")])
 def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatch):
     if not ext().has_wgmma():
         pytest.skip("the knobs' kernels need an sm_90 GPU")
@@ -247,6 +248,21 @@ def test_fp32_stream_k(mode, monkeypatch):
                          label=label + " whole tiles", terms=w.shape[1] * w.shape[2])
 
 
+def _window_cases(cases, seed):
+    """Inputs for the raw-window forward's knob tests: per case (B, C_in, C_out, K, dilation,
+    groups, L, Stream-K mode) a label, x, weights, bias, dilation, groups and the Stream-K
+    mode to set.  Skips without an sm_90 GPU."""
+    if not ext().has_wgmma():
+        pytest.skip("the raw-window forward needs an sm_90 GPU")
+    out = []
+    for i, (b, c_in, c_out, k, dilation, groups, length, stream_k) in enumerate(cases):
+        x = make_x((b, c_in, length), torch.float32, DEV, "contiguous", seed + i)
+        w, bias = _weights(c_out, c_in // groups, k, torch.float32, True, seed + i)
+        label = f"{b}x{c_in}->{c_out} K={k} d={dilation} g={groups} L={length} stream-K {stream_k}"
+        out.append((label, x, w, bias, dilation, groups, stream_k))
+    return out
+
+
 def test_fp32_split_feed(monkeypatch):
     """The raw-window TF32 forward with its windows and weights issued by two producer
     threads, and up to four raw windows for stages of one or two taps
@@ -255,17 +271,10 @@ def test_fp32_split_feed(monkeypatch):
     Stages of one tap (K=2 at dilation 512: the taps' span exceeds a TMA box), of two (K=2),
     of four and three (K=7), with Stream-K segments over the deeper ring, a partial input
     chunk, partial output and time tiles, groups and bias."""
-    if not ext().has_wgmma():
-        pytest.skip("the raw-window forward needs an sm_90 GPU")
-    seed = 3700
+    cases = ((4, 64, 64, 2, 512, 1, 4096, "0"), (3, 100, 192, 2, 1, 1, 1000, "0"),
+             (2, 128, 128, 7, 4, 2, 2048, "0"), (9, 64, 64, 2, 300, 1, 4096, "2"))
     with forced_kernel("wgmma-window"):
-        for b, c_in, c_out, k, dilation, groups, length, stream_k in (
-                (4, 64, 64, 2, 512, 1, 4096, "0"), (3, 100, 192, 2, 1, 1, 1000, "0"),
-                (2, 128, 128, 7, 4, 2, 2048, "0"), (9, 64, 64, 2, 300, 1, 4096, "2")):
-            seed += 1
-            label = f"split feed {b}x{c_in}->{c_out} K={k} d={dilation} g={groups} L={length} stream-K {stream_k}"
-            x = make_x((b, c_in, length), torch.float32, DEV, "contiguous", seed)
-            w, bias = _weights(c_out, c_in // groups, k, torch.float32, True, seed)
+        for label, x, w, bias, dilation, groups, stream_k in _window_cases(cases, 3701):
             monkeypatch.setenv("CAUSALCONV_STREAM_K", stream_k)
             results = {}
             for split in ("1", "0"):
@@ -274,6 +283,25 @@ def test_fp32_split_feed(monkeypatch):
                     _check(x, w, bias, dilation, groups, "tf32", label)
                 results[split] = causal_conv1d(x, w, bias, dilation, groups, "tf32")
             assert torch.equal(results["1"], results["0"]), f"{label}: differs from one producer and two windows"
+
+
+def test_fp32_narrow_tiles(monkeypatch):
+    """The raw-window TF32 forward with 64-channel output tiles for groups of 64 output
+    channels or fewer (CAUSALCONV_RS_NARROW_TILES=1): against float64 and bitwise equal
+    between runs, beside the 128-channel tile (=0) on the same inputs.  64 channels with taps
+    512 apart (one tap per stage), a partial output tile (48 channels) with a partial input
+    chunk, groups of 64, and Stream-K segments (mode 2) over the narrow tile."""
+    cases = ((4, 64, 64, 2, 512, 1, 4096, "0"), (3, 100, 48, 3, 2, 1, 1000, "0"),
+             (2, 128, 128, 4, 1, 2, 2048, "0"), (9, 64, 64, 4, 3, 1, 4096, "2"))
+    with forced_kernel("wgmma-window"):
+        for label, x, w, bias, dilation, groups, stream_k in _window_cases(cases, 3801):
+            monkeypatch.setenv("CAUSALCONV_STREAM_K", stream_k)
+            for narrow in ("1", "0"):
+                monkeypatch.setenv("CAUSALCONV_RS_NARROW_TILES", narrow)
+                _check(x, w, bias, dilation, groups, "tf32", f"{label} narrow={narrow}")
+            monkeypatch.setenv("CAUSALCONV_RS_NARROW_TILES", "1")
+            runs = [causal_conv1d(x, w, bias, dilation, groups, "tf32") for _ in range(2)]
+            assert torch.equal(runs[0], runs[1]), f"{label}: differs between identical runs"
 
 
 @pytest.mark.parametrize("c_in,c_out,groups", [(3, 5, 1), (96, 160, 1), (257, 257, 1), (16, 16, 1), (64, 64, 64),
