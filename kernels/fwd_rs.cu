@@ -4,7 +4,7 @@
 //   y[o, t] = bias[o] + sum_k sum_i w_k[o, i] * x[i, t + k*dilation + shift]
 // as a GEMM per tile with the roles of fwd_tma.cu's swapped: M = time (kMI x 64 steps per
 // consumer warpgroup, each warpgroup its own half of the tile), N = 128 output channels
-// (64 for groups of 64 or fewer with CAUSALCONV_RS_NARROW_TILES=1), reduced over (input
+// (64 for groups of 64 or fewer unless CAUSALCONV_RS_NARROW_TILES=0), reduced over (input
 // channel, tap) in chunks of 32 channels.
 //
 // Why: fwd_tma.cu reads x as the B operand from shared memory, K-major, which x's layout

@@ -287,7 +287,7 @@ def test_fp32_split_feed(monkeypatch):
 
 def test_fp32_narrow_tiles(monkeypatch):
     """The raw-window TF32 forward with 64-channel output tiles for groups of 64 output
-    channels or fewer (CAUSALCONV_RS_NARROW_TILES=1): against float64 and bitwise equal
+    channels or fewer (CAUSALCONV_RS_NARROW_TILES=1, the default): against float64 and bitwise equal
     between runs, beside the 128-channel tile (=0) on the same inputs.  64 channels with taps
     512 apart (one tap per stage), a partial output tile (48 channels) with a partial input
     chunk, groups of 64, and Stream-K segments (mode 2) over the narrow tile."""
