@@ -62,6 +62,13 @@ struct FwdRsTraits : WarpRoles<float> {
   static constexpr int kMaxRaw = 4, kMaxSlots = 12;          // ring depths (at most): raw windows, weight taps
   static constexpr int kBarrierBytes = 8 * (2 * (kMaxRaw + kMaxSlots) + 1);  // + the skew barrier
   static constexpr int kCopyRegs = 40, kMmaRegs = 232;      // setmaxnreg budgets, as in wgrad_rs.cu
+  // Epilogue through TMA stores (FwdRsPlan::tma_store): a slice is 16 time steps (one
+  // warp's rows of an instruction row) x 32 output channels, 64-byte rows; two per warp.
+  static constexpr int kSliceSteps = 16, kSliceChannels = 32;
+  static constexpr int kSliceBytes = kSliceChannels * kSliceSteps * 4;
+  static constexpr int kStageBytes = WarpRoles<float>::kConsumerWarps * 2 * kSliceBytes;
+  static_assert(kSliceSteps * 4 == 64, "a slice row is one 64-byte swizzle row");
+  static_assert(kN % kSliceChannels == 0, "whole slices per output-channel tile");
   static_assert(kCopyRegs * 128 + kMmaRegs * 256 <= 65536, "the register file");
   static_assert(kKSteps % kBufs == 0, "a k-step's fragment buffer is its index mod kBufs in every tap");
 };
@@ -76,6 +83,7 @@ struct FwdRsPlan {
   int slots;       // weight-tap ring depth
   int raws;        // raw-window ring depth
   bool split_feed; // windows and weights issued by two producer threads (rs_split_feed())
+  bool tma_store;  // the epilogue through shared memory and TMA stores (rs_tma_store())
   int skew;        // taps consumer warpgroup 1 issues before warpgroup 2 starts (fwd_tma.cu's knob)
   Stagger stagger; // the start-stagger knob (tc_common.cuh)
   int64_t n_tt, n_tiles;
@@ -99,9 +107,69 @@ __device__ __forceinline__ StageTaps stage_taps(int j, const Segment& seg, int K
   return st;
 }
 
+#if CAUSALCONV_HAS_WGMMA
+// The epilogue through shared memory (FwdRsPlan::tma_store).  Warp q of a consumer
+// warpgroup holds, per instruction row mi, 16 time steps (from t_warp + 64mi) of all the
+// tile's output channels: acc[mi][4jj + 2h + e] is time gl + 8h, channel 8jj + 2cl + e
+// (lane = 4gl + cl).  Each slice of 32 channels goes to one of the warp's two buffers,
+// channel rows of 64 bytes in the 64-byte swizzle, and lane 0 hands it to a TMA store,
+// which writes it to y while the warp goes on, clipped at y's bounds (rows past the
+// group are past C_out: make_plan allows this path only then).  The buffer is reused once
+// the store two back has read it.
+template <class Tr>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[Tr::kMI][Tr::kN / 2], const ConvParams& p,
+                                               const CUtensorMap* map_y, uint32_t stage0, uint8_t* stage0_ptr,
+                                               int ot, int64_t t_warp, int g, int b, int lane, uint32_t& stores) {
+  const int gl = lane >> 2, cl = lane & 3;
+#pragma unroll
+  for (int cb = 0; cb < Tr::kN / Tr::kSliceChannels; ++cb) {
+    const int o_base = ot * Tr::kN + cb * Tr::kSliceChannels;
+    if (o_base >= p.cout_g) break;
+    float bias[4][2];  // loaded before the slice's stores, as the direct epilogue does
+#pragma unroll
+    for (int jj = 0; jj < 4; ++jj) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int o = o_base + 8 * jj + 2 * cl + e;
+        bias[jj][e] = p.bias && o < p.cout_g ? static_cast<const float*>(p.bias)[g * p.cout_g + o] : 0.f;
+      }
+    }
+#pragma unroll
+    for (int mi = 0; mi < Tr::kMI; ++mi) {
+      const int64_t ts = t_warp + 64 * mi;
+      if (ts >= p.L) break;
+      const int buf = stores & 1;
+      if (lane == 0) ptx::bulk_wait_group_read<1>();
+      __syncwarp();
+      uint8_t* stage = stage0_ptr + buf * Tr::kSliceBytes;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = 8 * jj + 2 * cl + e, tt = gl + 8 * h;
+            *reinterpret_cast<float*>(stage + swizzle64_offset(row, tt >> 2) + 4 * (tt & 3)) =
+                acc[mi][4 * (4 * cb + jj) + 2 * h + e] + bias[jj][e];
+          }
+        }
+      }
+      ptx::fence_proxy_async();  // the TMA store reads through the async proxy
+      __syncwarp();
+      if (lane == 0) {
+        ptx::tma_store_3d(map_y, stage0 + buf * Tr::kSliceBytes, static_cast<int>(ts), g * p.cout_g + o_base, b);
+        ptx::bulk_commit_group();
+      }
+      ++stores;
+    }
+  }
+}
+#endif
+
 template <int MI, int Bufs, int N>
 __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
-    fwd_rs_kernel(const __grid_constant__ CUtensorMap map_x, ConvParams p, FwdRsPlan pl) {
+    fwd_rs_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y, ConvParams p,
+                  FwdRsPlan pl) {
   using Tr = FwdRsTraits<MI, Bufs, N>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
 #if CAUSALCONV_HAS_WGMMA
@@ -109,9 +177,10 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
   const uint32_t raw0 = ptx::smem_addr(smem_raw);
   const uint32_t base = (raw0 + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
   const int nslots = pl.slots;
-  // [weight slots][raw windows][barriers]
+  // [weight slots][raw windows][epilogue staging, with tma_store][barriers]
   const uint32_t raw_base = base + nslots * Tr::kTapBytes;
-  const uint32_t bars = raw_base + pl.raws * pl.raw_bytes;
+  const uint32_t staging = raw_base + pl.raws * pl.raw_bytes;
+  const uint32_t bars = staging + (pl.tma_store ? Tr::kStageBytes : 0);
   auto wfull = [&](int w) { return bars + 8u * w; };
   auto wempty = [&](int w) { return bars + 8u * (nslots + w); };
   auto rawfull = [&](int r) { return bars + 8u * (2 * nslots + r); };
@@ -192,6 +261,8 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
   Ring wr, rr;
   int prev_w = -1, prev_r = -1;  // in flight: the previous tap's weight slot; the raw buffer of the stage it ended
   int skew_left = c == 0 ? pl.skew : 0;  // as in fwd_tma.cu
+  const uint32_t stage0 = staging + (warp - 4) * 2 * Tr::kSliceBytes;  // this warp's two slice buffers
+  uint32_t stores = 0;  // the warp's TMA stores so far: they alternate between its buffers
   if (c == 1 && pl.skew > 0) ptx::mbar_wait(skew_bar, 0);
   SegmentWalk walk(pl.sk);
   for (Segment seg; walk.next(pl.sk, seg);) {
@@ -255,6 +326,11 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
       continue;
     }
     if (seg.u1 < pl.sk.units) add_partial(pl.sk, c, acc);  // a head
+    if (pl.tma_store) {
+      store_tile_tma<Tr>(acc, p, &map_y, stage0, smem_raw + (stage0 - raw0), ot, t0 + Tr::kHalf * c + 16 * q, g,
+                         static_cast<int>(b), lane, stores);
+      continue;
+    }
 
     // acc[mi][4jj + e]: time kHalf*c + 64mi + 16q + g (+8 for e >= 2), output channel
     // 8jj + 2cl + (e & 1) of the tile.  Each chunk's bias loads go out before its stores:
@@ -292,6 +368,9 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
       }
     }
   }
+  // The staging buffers must outlive the stores that read them, and y must be written
+  // when the kernel ends.
+  if (pl.tma_store && lane == 0) ptx::bulk_wait_group_all();
 #else
   __trap();  // dispatch only picks this kernel for sm_90a binaries
 #endif
@@ -310,7 +389,11 @@ FwdRsPlan make_plan(const ConvParams& p, int smem_limit) {
   pl.n_ic = static_cast<int>(ceil_div(p.cin_g, Tr::kCI));
   pl.n_tt = ceil_div(p.L, Tr::kTile);
   pl.n_tiles = rs_tile_count(p, Tr::kTile, Tr::kN);
-  const int avail = smem_limit - 1024 - Tr::kBarrierBytes;
+  // TMA stores write whole 32-channel boxes, clipped only at y's bounds, so a box must not
+  // straddle two groups; y's rows must be 16-byte aligned.
+  pl.tma_store = rs_tma_store() && (p.groups == 1 || p.cout_g % Tr::kSliceChannels == 0) && p.sy_c % 4 == 0 &&
+                 p.sy_b % 4 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+  const int avail = smem_limit - 1024 - Tr::kBarrierBytes - (pl.tma_store ? Tr::kStageBytes : 0);
   for (int tpg = std::min(p.K, Tr::kMaxTaps); tpg >= 1; --tpg) {
     // The half plus the taps' span from a 16-byte-aligned start, rounded up to 8 (mod 16).
     const int64_t span = 3 + static_cast<int64_t>(tpg - 1) * p.dilation + Tr::kHalf;
@@ -355,7 +438,8 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   CAUSALCONV_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
                    "causalconv: problem too large for 32-bit TMA coordinates");
   const size_t smem =
-      static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(pl.raws) * pl.raw_bytes + Tr::kBarrierBytes + 1024;
+      static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(pl.raws) * pl.raw_bytes + Tr::kBarrierBytes + 1024 +
+      (pl.tma_store ? Tr::kStageBytes : 0);
 
   const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
   pl.sk = plan_stream_k(pl.n_tiles, pl.n_ic * p.K, grid, Tr::kConsumers, Tr::kMI * Tr::kN / 2, stream_k_mode());
@@ -380,9 +464,13 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   pl.stagger = start_stagger(tile_time_ns(tile_flops, sizeof(float), 1));
 
   const CUtensorMap map_x = make_bcl_tensor_map(p.x, at::kFloat, p.B, p.C_in, p.L, p.sx_b, p.sx_c, pl.window, Tr::kCI);
+  CUtensorMap map_y{};
+  if (pl.tma_store)
+    map_y = make_bcl_tensor_map(p.y, at::kFloat, p.B, p.C_out, p.L, p.sy_b, p.sy_c, Tr::kSliceSteps, Tr::kSliceChannels,
+                                true);
   auto kernel = fwd_rs_kernel<MI, Bufs, N>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
-  launch_dependent("conv_fwd_rs", kernel, grid, Tr::kThreads, smem, stream, map_x, p, pl);
+  launch_dependent("conv_fwd_rs", kernel, grid, Tr::kThreads, smem, stream, map_x, map_y, p, pl);
 }
 
 // Time tile: the fewest tile rounds over the multiprocessors, weighted by the tile's

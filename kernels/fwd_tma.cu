@@ -199,15 +199,6 @@ __device__ __forceinline__ void transpose_window_f32(const float* src, uint8_t* 
   }
 }
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a warp's epilogue staging (rows of
-// kStageRowBytes = 64): chunks rotate by (row / 2) % 4, so that the eight rows of an 8x8
-// matrix store fall in distinct banks.
-template <class Tr>
-__device__ __forceinline__ uint32_t staged_offset(int row, int chunk) {
-  static_assert(Tr::kStageRowBytes == 64, "the rotation assumes four chunks per row");
-  return row * Tr::kStageRowBytes + ((chunk ^ ((row >> 1) & 3)) << 4);
-}
-
 // 16 bytes of one output row starting at time t, `left` = L - t > 0 steps still inside:
 // one vector store when all of it is inside and the address is 16-byte aligned (y rows
 // are whenever L * sizeof(T) is a multiple of 16), element by element otherwise.
@@ -264,6 +255,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[NA], const 
                                                   const ConvParams& p, int o_base, int64_t t0, uint32_t stage0,
                                                   uint8_t* stage_ptr, int lane, const CUtensorMap* map_y, int c1,
                                                   int c2, uint32_t& stores) {
+  static_assert(Tr::kStageRowBytes == 64, "rows of the TMA store's 64-byte swizzle");
   constexpr int kSlice = Tr::kStageRowBytes / sizeof(T);  // time steps per staged slice
 #pragma unroll
   for (int sl = 0; sl < 2 * NA / kSlice; ++sl) {
@@ -289,7 +281,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[NA], const 
         v[m] = pack2(from_float<T>(acc[4 * jj + 2 * h] + bias[h]), from_float<T>(acc[4 * jj + 2 * h + 1] + bias[h]));
       }
       const int m = lane >> 3, row = 8 * (m & 1) + (lane & 7);
-      ptx::stmatrix_x4(stage + staged_offset<Tr>(row, 2 * pair + (m >> 1)), v);
+      ptx::stmatrix_x4(stage + swizzle64_offset(row, 2 * pair + (m >> 1)), v);
     }
 #if CAUSALCONV_HAS_WGMMA
     if (map_y) {
@@ -308,7 +300,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[NA], const 
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int idx = lane + 32 * k, row = idx >> 2, chunk = idx & 3;
-      const uint4 val = *reinterpret_cast<const uint4*>(stage_ptr + staged_offset<Tr>(row, chunk));
+      const uint4 val = *reinterpret_cast<const uint4*>(stage_ptr + swizzle64_offset(row, chunk));
       const int o = o_base + row;
       const int64_t t = ts + chunk * Tr::kV;
       if (o < p.cout_g && t < p.L) store_chunk(y + o * p.sy_c + t, val, p.L - t);

@@ -192,6 +192,13 @@ struct Ring {
 };
 
 // One 16-byte async copy per loop step, spread over the block's threads.
+// Byte offset of 16-byte chunk `chunk` (0-3) of row `row` in an epilogue staging buffer of
+// 64-byte rows, laid out as a TMA map with CU_TENSOR_MAP_SWIZZLE_64B reads it: chunks rotate
+// by (row / 2) % 4, so that eight rows' stores of one chunk column fall in distinct banks.
+__device__ __forceinline__ uint32_t swizzle64_offset(int row, int chunk) {
+  return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4);
+}
+
 template <int kThreads>
 __device__ __forceinline__ void copy_chunks(uint32_t dst, const uint8_t* src, int nchunks) {
   for (int i = threadIdx.x; i < nchunks; i += kThreads) ptx::cp_async_16(dst + 16 * i, src + 16 * i, 16);
@@ -237,6 +244,12 @@ inline bool rs_split_feed() { return env_switch("CAUSALCONV_RS_SPLIT_FEED"); }
 // CAUSALCONV_RS_NARROW_TILES=0.  On an H100 it measured 13% faster on 16x64->64 K2 d512 and
 // 18% on 32x64->64 K4, the default problem unchanged (NOTES v28 measured).
 inline bool rs_narrow_tiles() { return env_switch("CAUSALCONV_RS_NARROW_TILES"); }
+
+// Whether the raw-window TF32 forward (fwd_rs.cu) writes y through shared memory and TMA
+// stores, so that its consumer warps hand each slice over and go on instead of issuing
+// 4-byte global stores (~27% of the samples on 16x64->64 K2 d512 after v28): only with
+// CAUSALCONV_RS_TMA_STORE=1 until measured on a GPU (NOTES v29).
+inline bool rs_tma_store() { return env_switch("CAUSALCONV_RS_TMA_STORE", false); }
 
 // Taps the TMA forwards' consumer warpgroup 1 runs ahead of warpgroup 2 (fwd_tma.cu, fwd_rs.cu), from
 // CAUSALCONV_CONSUMER_SKEW, 0 (lockstep) by default: a knob for measuring whether

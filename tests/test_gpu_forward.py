@@ -179,7 +179,8 @@ def test_tma_forward_wide_time_tiles(dtype, monkeypatch):
     ("wgmma", "CAUSALCONV_STAGGER_SHORT", "yes", "CAUSALCONV_STAGGER_SHORT must be 0 or 1"),
     ("wgmma", "CAUSALCONV_WIDE_TILES", "256", "CAUSALCONV_WIDE_TILES must be 0 or 1"),
     ("wgmma-window", "CAUSALCONV_RS_SPLIT_FEED", "yes", "CAUSALCONV_RS_SPLIT_FEED must be 0 or 1"),
-    ("wgmma-window", "CAUSALCONV_RS_NARROW_TILES", "64", "CAUSALCONV_RS_NARROW_TILES must be 0 or 1")])
+    ("wgmma-window", "CAUSALCONV_RS_NARROW_TILES", "64", "CAUSALCONV_RS_NARROW_TILES must be 0 or 1"),
+    ("wgmma-window", "CAUSALCONV_RS_TMA_STORE", "on", "CAUSALCONV_RS_TMA_STORE must be 0 or 1")])
 def test_tuning_knobs_reject_bad_values(kernel, knob, value, message, monkeypatch):
     if not ext().has_wgmma():
         pytest.skip("the knobs' kernels need an sm_90 GPU")
@@ -303,6 +304,28 @@ def test_fp32_narrow_tiles(monkeypatch):
             runs = [causal_conv1d(x, w, bias, dilation, groups, "tf32") for _ in range(2)]
             assert torch.equal(runs[0], runs[1]), f"{label}: differs between identical runs"
 
+
+
+def test_fp32_tma_store(monkeypatch):
+    """The raw-window TF32 forward writing y through shared memory and TMA stores
+    (CAUSALCONV_RS_TMA_STORE=1): against float64, bitwise equal to the direct stores (=0) on
+    the same inputs, and NaN-free where the outputs were poisoned.  64 channels (the narrow
+    tile) with taps 512 apart; 48 channels in one group (the last slice clipped at C_out) with
+    L = 1000 (the last time slice clipped at L); two groups of 64 (slices at each group's
+    start); two groups of 48, which the stores would straddle (direct stores instead);
+    Stream-K segments (mode 2) over the 128-channel tile."""
+    cases = ((4, 64, 64, 2, 512, 1, 4096, "0"), (3, 100, 48, 3, 2, 1, 1000, "0"),
+             (2, 128, 128, 4, 1, 2, 2048, "0"), (2, 96, 96, 3, 1, 2, 1000, "0"),
+             (9, 256, 256, 4, 1, 1, 2048, "2"))
+    with forced_kernel("wgmma-window"):
+        for label, x, w, bias, dilation, groups, stream_k in _window_cases(cases, 3901):
+            monkeypatch.setenv("CAUSALCONV_STREAM_K", stream_k)
+            results = {}
+            for tma in ("1", "0"):
+                monkeypatch.setenv("CAUSALCONV_RS_TMA_STORE", tma)
+                _check(x, w, bias, dilation, groups, "tf32", f"{label} tma_store={tma}")
+                results[tma] = causal_conv1d(x, w, bias, dilation, groups, "tf32")
+            assert torch.equal(results["1"], results["0"]), f"{label}: TMA stores differ from direct stores"
 
 @pytest.mark.parametrize("c_in,c_out,groups", [(3, 5, 1), (96, 160, 1), (257, 257, 1), (16, 16, 1), (64, 64, 64),
                                                (256, 512, 2), (48, 48, 16)])
