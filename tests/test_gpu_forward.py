@@ -264,26 +264,31 @@ def _window_cases(cases, seed):
     return out
 
 
+def _same_with_knob_off(monkeypatch, cases, seed, knob, what):
+    """Each case through the raw-window forward with `knob` at 1 and at 0: both within
+    float64's tolerance (outputs poisoned first), and bitwise equal, since the knob changes
+    how the kernel moves data, not which products it sums in which order."""
+    with forced_kernel("wgmma-window"):
+        for label, x, w, bias, dilation, groups, stream_k in _window_cases(cases, seed):
+            monkeypatch.setenv("CAUSALCONV_STREAM_K", stream_k)
+            results = {}
+            for value in ("1", "0"):
+                monkeypatch.setenv(knob, value)
+                _check(x, w, bias, dilation, groups, "tf32", f"{label} {knob}={value}")
+                results[value] = causal_conv1d(x, w, bias, dilation, groups, "tf32")
+            assert torch.equal(results["1"], results["0"]), f"{label}: differs from {what}"
+
+
 def test_fp32_split_feed(monkeypatch):
     """The raw-window TF32 forward with its windows and weights issued by two producer
     threads, and up to four raw windows for stages of one or two taps
-    (CAUSALCONV_RS_SPLIT_FEED=1, the default), against one producer and two windows (=0):
-    the same MMAs in the same order, so bitwise equal, and within float64's tolerance.
+    (CAUSALCONV_RS_SPLIT_FEED=1, the default), against one producer and two windows (=0).
     Stages of one tap (K=2 at dilation 512: the taps' span exceeds a TMA box), of two (K=2),
     of four and three (K=7), with Stream-K segments over the deeper ring, a partial input
     chunk, partial output and time tiles, groups and bias."""
     cases = ((4, 64, 64, 2, 512, 1, 4096, "0"), (3, 100, 192, 2, 1, 1, 1000, "0"),
              (2, 128, 128, 7, 4, 2, 2048, "0"), (9, 64, 64, 2, 300, 1, 4096, "2"))
-    with forced_kernel("wgmma-window"):
-        for label, x, w, bias, dilation, groups, stream_k in _window_cases(cases, 3701):
-            monkeypatch.setenv("CAUSALCONV_STREAM_K", stream_k)
-            results = {}
-            for split in ("1", "0"):
-                monkeypatch.setenv("CAUSALCONV_RS_SPLIT_FEED", split)
-                if split == "1":
-                    _check(x, w, bias, dilation, groups, "tf32", label)
-                results[split] = causal_conv1d(x, w, bias, dilation, groups, "tf32")
-            assert torch.equal(results["1"], results["0"]), f"{label}: differs from one producer and two windows"
+    _same_with_knob_off(monkeypatch, cases, 3701, "CAUSALCONV_RS_SPLIT_FEED", "one producer and two windows")
 
 
 def test_fp32_narrow_tiles(monkeypatch):
@@ -305,11 +310,9 @@ def test_fp32_narrow_tiles(monkeypatch):
             assert torch.equal(runs[0], runs[1]), f"{label}: differs between identical runs"
 
 
-
 def test_fp32_tma_store(monkeypatch):
     """The raw-window TF32 forward writing y through shared memory and TMA stores
-    (CAUSALCONV_RS_TMA_STORE=1): against float64, bitwise equal to the direct stores (=0) on
-    the same inputs, and NaN-free where the outputs were poisoned.  64 channels (the narrow
+    (CAUSALCONV_RS_TMA_STORE=1) against the direct stores (=0).  64 channels (the narrow
     tile) with taps 512 apart; 48 channels in one group (the last slice clipped at C_out) with
     L = 1000 (the last time slice clipped at L); two groups of 64 (slices at each group's
     start); two groups of 48, which the stores would straddle (direct stores instead);
@@ -317,15 +320,8 @@ def test_fp32_tma_store(monkeypatch):
     cases = ((4, 64, 64, 2, 512, 1, 4096, "0"), (3, 100, 48, 3, 2, 1, 1000, "0"),
              (2, 128, 128, 4, 1, 2, 2048, "0"), (2, 96, 96, 3, 1, 2, 1000, "0"),
              (9, 256, 256, 4, 1, 1, 2048, "2"))
-    with forced_kernel("wgmma-window"):
-        for label, x, w, bias, dilation, groups, stream_k in _window_cases(cases, 3901):
-            monkeypatch.setenv("CAUSALCONV_STREAM_K", stream_k)
-            results = {}
-            for tma in ("1", "0"):
-                monkeypatch.setenv("CAUSALCONV_RS_TMA_STORE", tma)
-                _check(x, w, bias, dilation, groups, "tf32", f"{label} tma_store={tma}")
-                results[tma] = causal_conv1d(x, w, bias, dilation, groups, "tf32")
-            assert torch.equal(results["1"], results["0"]), f"{label}: TMA stores differ from direct stores"
+    _same_with_knob_off(monkeypatch, cases, 3901, "CAUSALCONV_RS_TMA_STORE", "the direct stores")
+
 
 @pytest.mark.parametrize("c_in,c_out,groups", [(3, 5, 1), (96, 160, 1), (257, 257, 1), (16, 16, 1), (64, 64, 64),
                                                (256, 512, 2), (48, 48, 16)])
