@@ -312,7 +312,7 @@ def test_fp32_narrow_tiles(monkeypatch):
 
 def test_fp32_tma_store(monkeypatch):
     """The raw-window TF32 forward writing y through shared memory and TMA stores
-    (CAUSALCONV_RS_TMA_STORE=1) against the direct stores (=0).  64 channels (the narrow
+    (CAUSALCONV_RS_TMA_STORE=1, the default) against the direct stores (=0).  64 channels (the narrow
     tile) with taps 512 apart; 48 channels in one group (the last slice clipped at C_out) with
     L = 1000 (the last time slice clipped at L); two groups of 64 (slices at each group's
     start); two groups of 48, which the stores would straddle (direct stores instead);
