@@ -29,7 +29,8 @@ bool fwd_rs_supports(const ConvParams& p, at::ScalarType dtype);
 void launch_fwd_rs(const ConvParams& p, at::ScalarType dtype, int sms, cudaStream_t stream);
 
 // Weight gradient into a float32 workspace of `splits` partial sums laid out as
-// [splits][C_out][cin_g][K]; launch_split_reduce then adds them in split order into dw.
+// [splits][C_out][cin_g][K], or with tap_major [splits][K][C_out][cin_g]; launch_split_reduce
+// then adds them in split order into dw.
 // The *_splits functions give the split count a launch will use, to size the workspace.
 struct WgradParams {
   const void* dy = nullptr;  // (B, C_out, L) contiguous
@@ -39,6 +40,7 @@ struct WgradParams {
   int groups = 1, cin_g = 0, cout_g = 0, K = 1, dilation = 1, shift = 0;
   Precision precision = Precision::kNative;
   int splits = 1;
+  bool tap_major = false;  // slices tap-major (wgrad_rs.cu only: wgrad_rs_tap_major())
 };
 int wgrad_generic_splits(const WgradParams& p, int sm_count);
 void launch_wgrad_generic(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
@@ -52,10 +54,16 @@ void launch_wgrad_tc(const WgradParams& p, at::ScalarType dtype, int sm_count, c
 bool wgrad_rs_supports(const WgradParams& p, at::ScalarType dtype);
 int wgrad_rs_splits(const WgradParams& p, int sm_count);
 void launch_wgrad_rs(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
+// Whether wgrad_rs.cu writes its slices tap-major, so that a warp's partial-sum stores
+// cover 8 consecutive input channels of 4 output channels (4 sectors) instead of 32
+// elements K apart: CAUSALCONV_WGRAD_TAP_MAJOR=1, off until measured (NOTES v30).
+bool wgrad_rs_tap_major();
 // out[e] = sum over s < splits, in order, of ws[s * n + e], cast to dtype (split_reduce.cu);
-// as a programmatic dependent of the kernel before it on `stream` if `as_dependent`.
+// with tap_k > 0 the slices are laid out [tap_k][n / tap_k] and out [n / tap_k][tap_k]
+// (the weight gradient's tap-major slices).  As a programmatic dependent of the kernel
+// before it on `stream` if `as_dependent`.
 void launch_split_reduce(const float* ws, void* out, int64_t n, int splits, at::ScalarType dtype, cudaStream_t stream,
-                         bool as_dependent);
+                         bool as_dependent, int tap_k = 0);
 
 // The input gradient's weights, wt[g*cin_g + i, o, k] = w[g*cout_g + o, i, K-1-k], both
 // contiguous, elements of 2 or 4 bytes (weight_flip.cu).

@@ -30,7 +30,8 @@
 // commits one group per k-step and keeps kBufs in flight: the fragments of k-step j are
 // loaded while groups j - kBufs + 1 .. j - 1 run, into the registers group j - kBufs read
 // (retired by then).
-// Partial sums go to the split's workspace slice; split_reduce.cu adds the slices in a
+// Partial sums go to the split's workspace slice, laid out as dw or, with
+// CAUSALCONV_WGRAD_TAP_MAJOR=1, tap-major (launchers.h); split_reduce.cu adds the slices in a
 // fixed order.
 #include <ATen/ATen.h>
 
@@ -230,8 +231,11 @@ __global__ void __launch_bounds__(RsTraits<Shape>::kThreads, 1)
         const int o = ot * Tr::kN + 8 * j + 2 * cl + (e & 1);
         const int i = ct * pl.ch + chn + ((e & 2) ? 8 : 0);
         if (o < p.cout_g && i < p.cin_g) {
-          p.ws[((split * C_out + static_cast<int64_t>(g) * p.cout_g + o) * p.cin_g + i) * p.K + k0 + kl] =
-              acc[mi][4 * j + e];
+          const int64_t row = static_cast<int64_t>(g) * p.cout_g + o;  // dw's output channel
+          // Tap-major: the warp's 8 rows g are consecutive channels i of one tap, contiguous.
+          const int64_t at = p.tap_major ? ((split * p.K + k0 + kl) * C_out + row) * p.cin_g + i
+                                         : ((split * C_out + row) * p.cin_g + i) * p.K + k0 + kl;
+          p.ws[at] = acc[mi][4 * j + e];
         }
       }
     }
@@ -334,6 +338,8 @@ void launch(const WgradParams& p, const RsPlan& pl, cudaStream_t stream) {
 bool wgrad_rs_supports(const WgradParams& p, at::ScalarType dtype) {
   return dtype == at::kFloat && p.precision == Precision::kTF32 && wgrad_tc_supports(p, dtype);
 }
+
+bool wgrad_rs_tap_major() { return env_switch("CAUSALCONV_WGRAD_TAP_MAJOR", false); }
 
 int wgrad_rs_splits(const WgradParams& p, int sm_count) {
   return tc::with_shape(tc::choose_shape(p),

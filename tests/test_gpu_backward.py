@@ -375,3 +375,30 @@ def test_weight_gradient_reduction_as_dependent_launch(dtype, precision, monkeyp
             assert torch.equal(off, on), f"{label}: dependent launch changed {name}"
         exact = exact_grads(x0, w, None, gy0, dilation, 1, precision)
         assert_close(got["1"][1], exact[1], dtype, precision, "dw", label=label)
+
+
+def test_tap_major_weight_gradient_slices(monkeypatch):
+    """The raw-window fp32 weight gradient writing its partial sums tap-major
+    (CAUSALCONV_WGRAD_TAP_MAJOR=1) and the reduction reading them so: bitwise the gradient
+    of the default layout (=0, the same sums in the same order) and within float64's
+    tolerance, the workspace poisoned.  Split reductions over B x L, partial channel
+    blocks, groups, taps spread over several row tiles (K=7 at dilation 40, whose span
+    exceeds one window; K=40, more taps than a tile holds)."""
+    if not ext().has_wgmma():
+        pytest.skip("the raw-window weight gradient needs an sm_90 GPU")
+    cases = ((4, 256, 256, 1, 4, 1, 4096), (3, 96, 160, 1, 5, 3, 1000), (2, 128, 128, 2, 3, 2, 2048),
+             (1, 40, 72, 1, 7, 40, 264), (1, 48, 40, 1, 40, 1, 512))
+    with forced_kernel("wgmma-window"):
+        for seed, (b, c_in, c_out, groups, k, dilation, length) in enumerate(cases, 6100):
+            x = make_x((b, c_in, length), torch.float32, DEV, "contiguous", seed)
+            g = torch.Generator().manual_seed(seed)
+            w = (torch.randn(c_out, c_in // groups, k, generator=g) / (c_in // groups * k) ** 0.5).to(DEV)
+            gy = torch.randn(b, c_out, length, generator=g).to(DEV)
+            got = {}
+            for tap_major in ("1", "0"):
+                monkeypatch.setenv("CAUSALCONV_WGRAD_TAP_MAJOR", tap_major)
+                got[tap_major] = _grads(x, w, None, gy, dilation, groups, "tf32")[1]
+            label = f"tap-major {b}x{c_in}->{c_out} g={groups} K={k} d={dilation} L={length}"
+            assert torch.equal(got["1"], got["0"]), f"{label}: differs from the default layout"
+            exact = exact_grads(x, w, None, gy, dilation, groups, "tf32")[1]
+            assert_close(got["1"], exact, torch.float32, "tf32", "dw", label=label)
