@@ -30,9 +30,9 @@
 // commits one group per k-step and keeps kBufs in flight: the fragments of k-step j are
 // loaded while groups j - kBufs + 1 .. j - 1 run, into the registers group j - kBufs read
 // (retired by then).
-// Partial sums go to the split's workspace slice, laid out as dw or, with
-// CAUSALCONV_WGRAD_TAP_MAJOR=1, tap-major (launchers.h); split_reduce.cu adds the slices in a
-// fixed order.
+// Partial sums go to the split's workspace slice, tap-major (or laid out as dw with
+// CAUSALCONV_WGRAD_TAP_MAJOR=0; launchers.h); split_reduce.cu adds the slices in a fixed
+// order.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -339,7 +339,7 @@ bool wgrad_rs_supports(const WgradParams& p, at::ScalarType dtype) {
   return dtype == at::kFloat && p.precision == Precision::kTF32 && wgrad_tc_supports(p, dtype);
 }
 
-bool wgrad_rs_tap_major() { return env_switch("CAUSALCONV_WGRAD_TAP_MAJOR", false); }
+bool wgrad_rs_tap_major() { return env_switch("CAUSALCONV_WGRAD_TAP_MAJOR"); }
 
 int wgrad_rs_splits(const WgradParams& p, int sm_count) {
   return tc::with_shape(tc::choose_shape(p),

@@ -379,7 +379,7 @@ def test_weight_gradient_reduction_as_dependent_launch(dtype, precision, monkeyp
 
 def test_tap_major_weight_gradient_slices(monkeypatch):
     """The raw-window fp32 weight gradient writing its partial sums tap-major
-    (CAUSALCONV_WGRAD_TAP_MAJOR=1) and the reduction reading them so: bitwise the gradient
+    (CAUSALCONV_WGRAD_TAP_MAJOR=1, the default) and the reduction reading them so: bitwise the gradient
     of the default layout (=0, the same sums in the same order) and within float64's
     tolerance, the workspace poisoned.  Split reductions over B x L, partial channel
     blocks, groups, taps spread over several row tiles (K=7 at dilation 40, whose span
