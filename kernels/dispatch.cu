@@ -344,7 +344,7 @@ at::Tensor weight_grad_beside(const at::Tensor& dy_in, const at::Tensor& x_in, i
                   wgrad_rs_supports(p, dtype);
   const int sms = sm_count();
   p.splits = rs ? wgrad_rs_splits(p, sms) : tc ? wgrad_tc_splits(p, dtype, sms) : wgrad_generic_splits(p, sms);
-  p.tap_major = rs && wgrad_rs_tap_major();
+  p.tap_major = rs ? wgrad_rs_tap_major() : tc && wgrad_tc_tap_major();
   const int64_t n = dw.numel();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   // Partial sums in this stream's scratch buffer, held until the reduction is enqueued.

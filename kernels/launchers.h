@@ -40,7 +40,7 @@ struct WgradParams {
   int groups = 1, cin_g = 0, cout_g = 0, K = 1, dilation = 1, shift = 0;
   Precision precision = Precision::kNative;
   int splits = 1;
-  bool tap_major = false;  // slices tap-major (wgrad_rs.cu only: wgrad_rs_tap_major())
+  bool tap_major = false;  // slices tap-major (wgrad_rs_tap_major(), wgrad_tc_tap_major())
 };
 int wgrad_generic_splits(const WgradParams& p, int sm_count);
 void launch_wgrad_generic(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
@@ -59,6 +59,10 @@ void launch_wgrad_rs(const WgradParams& p, at::ScalarType dtype, int sm_count, c
 // elements K apart: yes unless CAUSALCONV_WGRAD_TAP_MAJOR=0.  On an H100 the fp32 backward
 // of K7 d4 measured 12% faster, the default problem 1% (NOTES v30 measured).
 bool wgrad_rs_tap_major();
+// The same for wgrad_tc.cu (the 16-bit weight gradient, and fp32 forced onto it), whose
+// stores scatter over ~32 sectors per warp instruction in dw's layout and 8 tap-major:
+// CAUSALCONV_WGRAD_TC_TAP_MAJOR=1, off until measured (NOTES v31).
+bool wgrad_tc_tap_major();
 // out[e] = sum over s < splits, in order, of ws[s * n + e], cast to dtype (split_reduce.cu);
 // with tap_k > 0 the slices are laid out [tap_k][n / tap_k] and out [n / tap_k][tap_k]
 // (the weight gradient's tap-major slices).  As a programmatic dependent of the kernel

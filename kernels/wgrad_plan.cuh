@@ -64,6 +64,24 @@ __device__ __forceinline__ WgradBlock decode_wgrad_block(const WgradParams& p, c
 }
 
 // Shared-memory buffers are kept 1024-byte aligned (the 128-byte swizzle's atoms).
+// Where partial sum (dw row, input channel i, tap k) of split `split` goes in the workspace:
+// dw's layout per split, [C_out][cin_g][K], or tap-major, [K][C_out][cin_g]
+// (WgradParams::tap_major), as base + row * s_row + i * s_i + k * s_k, so that the
+// epilogue's index arithmetic is one expression for both.
+struct SliceIndex {
+  int64_t base, s_row, s_i, s_k;
+  __device__ __forceinline__ SliceIndex(const WgradParams& p, int64_t split) {
+    const int64_t C_out = static_cast<int64_t>(p.groups) * p.cout_g;
+    base = split * C_out * p.cin_g * p.K;
+    s_row = p.tap_major ? p.cin_g : static_cast<int64_t>(p.cin_g) * p.K;
+    s_i = p.tap_major ? 1 : p.K;
+    s_k = p.tap_major ? C_out * p.cin_g : 1;
+  }
+  __device__ __forceinline__ int64_t operator()(int64_t row, int i, int k) const {
+    return base + row * s_row + i * s_i + k * s_k;
+  }
+};
+
 inline int round_up_kb(int64_t bytes) { return static_cast<int>(ceil_div(bytes, 1024) * 1024); }
 
 }  // namespace causalconv

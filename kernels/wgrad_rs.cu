@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(RsTraits<Shape>::kThreads, 1)
 
   // acc[mi][4j + e]: A row 64 (kMI c + mi) + 16q + g (+8 for e >= 2) = (tap, channel),
   // column (output channel) 8j + 2c + (e & 1).
-  const int64_t C_out = static_cast<int64_t>(p.groups) * p.cout_g;
+  const SliceIndex slice(p, split);
 #pragma unroll
   for (int mi = 0; mi < Tr::kMI; ++mi) {
     const int r = 64 * (Tr::kMI * c + mi) + 16 * q + gl;
@@ -230,13 +230,9 @@ __global__ void __launch_bounds__(RsTraits<Shape>::kThreads, 1)
       for (int e = 0; e < 4; ++e) {
         const int o = ot * Tr::kN + 8 * j + 2 * cl + (e & 1);
         const int i = ct * pl.ch + chn + ((e & 2) ? 8 : 0);
-        if (o < p.cout_g && i < p.cin_g) {
-          const int64_t row = static_cast<int64_t>(g) * p.cout_g + o;  // dw's output channel
-          // Tap-major: the warp's 8 rows g are consecutive channels i of one tap, contiguous.
-          const int64_t at = p.tap_major ? ((split * p.K + k0 + kl) * C_out + row) * p.cin_g + i
-                                         : ((split * C_out + row) * p.cin_g + i) * p.K + k0 + kl;
-          p.ws[at] = acc[mi][4 * j + e];
-        }
+        // Tap-major, the warp's 8 rows g are consecutive channels i of one tap, contiguous.
+        if (o < p.cout_g && i < p.cin_g)
+          p.ws[slice(static_cast<int64_t>(g) * p.cout_g + o, i, k0 + kl)] = acc[mi][4 * j + e];
       }
     }
   }

@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(WgradTraits<T, Shape>::kThreads, 1)
 
   // acc[ca][4j + e]: row (output channel) 16q + lane/4 (+8 for e >= 2), column n = 8j +
   // 2(lane%4) + (e&1) = tap * cw + input channel (of block ca, MN-major).
-  const int64_t C_out = static_cast<int64_t>(p.groups) * p.cout_g;
+  const SliceIndex slice(p, split);
   const int cw = Tr::kMnX ? 64 : pl.it_rows;  // channels per tap in one instruction's columns
 #pragma unroll
   for (int ca = 0; ca < Tr::kCA; ++ca) {
@@ -279,10 +279,9 @@ __global__ void __launch_bounds__(WgradTraits<T, Shape>::kThreads, 1)
         const int o = ot * Tr::kBM + c * 64 + q * 16 + (lane >> 2) + ((e & 2) ? 8 : 0);
         const int n = j * 8 + 2 * (lane & 3) + (e & 1);
         const int kl = n / cw, i = it * pl.it_rows + ca * 64 + n % cw;
-        if (o < p.cout_g && i < p.cin_g && kl < taps) {
-          p.ws[((split * C_out + static_cast<int64_t>(g) * p.cout_g + o) * p.cin_g + i) * p.K + k0 + kl] =
-              acc[ca][4 * j + e];
-        }
+        // Tap-major, the lanes' 4 channels i (2 apart) of each of 8 rows share a sector.
+        if (o < p.cout_g && i < p.cin_g && kl < taps)
+          p.ws[slice(static_cast<int64_t>(g) * p.cout_g + o, i, k0 + kl)] = acc[ca][4 * j + e];
       }
     }
   }
@@ -515,6 +514,8 @@ int wgrad_tc_splits(const WgradParams& p, at::ScalarType dtype, int sm_count) {
     default: return tc::splits_typed<__nv_bfloat16>(p, sm_count);
   }
 }
+
+bool wgrad_tc_tap_major() { return env_switch("CAUSALCONV_WGRAD_TC_TAP_MAJOR", false); }
 
 void launch_wgrad_tc(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream) {
   CAUSALCONV_CHECK(wgrad_tc_supports(p, dtype), "causalconv: tensor-core weight gradient does not cover this configuration");

@@ -377,28 +377,35 @@ def test_weight_gradient_reduction_as_dependent_launch(dtype, precision, monkeyp
         assert_close(got["1"][1], exact[1], dtype, precision, "dw", label=label)
 
 
-def test_tap_major_weight_gradient_slices(monkeypatch):
-    """The raw-window fp32 weight gradient writing its partial sums tap-major
-    (CAUSALCONV_WGRAD_TAP_MAJOR=1, the default) and the reduction reading them so: bitwise the gradient
-    of the default layout (=0, the same sums in the same order) and within float64's
-    tolerance, the workspace poisoned.  Split reductions over B x L, partial channel
-    blocks, groups, taps spread over several row tiles (K=7 at dilation 40, whose span
+@pytest.mark.parametrize("knob,kernel,dtype", [
+    ("CAUSALCONV_WGRAD_TAP_MAJOR", "wgmma-window", torch.float32),
+    ("CAUSALCONV_WGRAD_TC_TAP_MAJOR", "wgmma", torch.bfloat16),
+    ("CAUSALCONV_WGRAD_TC_TAP_MAJOR", "wgmma", torch.float16),
+    ("CAUSALCONV_WGRAD_TC_TAP_MAJOR", "wgmma", torch.float32)], ids=lambda v: str(v).replace("torch.", ""))
+def test_tap_major_weight_gradient_slices(knob, kernel, dtype, monkeypatch):
+    """A tensor-core weight gradient writing its partial sums tap-major (the raw-window fp32
+    kernel with CAUSALCONV_WGRAD_TAP_MAJOR=1, the default; the shared-memory one, 16-bit or
+    fp32 forced, with CAUSALCONV_WGRAD_TC_TAP_MAJOR=1) and the reduction reading them so:
+    bitwise the gradient of dw's own layout (=0, the same sums in the same order) and within
+    float64's tolerance, the workspace poisoned.  Split reductions over B x L, partial
+    channel blocks, groups, taps spread over several tiles (K=7 at dilation 40, whose span
     exceeds one window; K=40, more taps than a tile holds)."""
     if not ext().has_wgmma():
-        pytest.skip("the raw-window weight gradient needs an sm_90 GPU")
+        pytest.skip("the tensor-core weight gradients need an sm_90 GPU")
     cases = ((4, 256, 256, 1, 4, 1, 4096), (3, 96, 160, 1, 5, 3, 1000), (2, 128, 128, 2, 3, 2, 2048),
              (1, 40, 72, 1, 7, 40, 264), (1, 48, 40, 1, 40, 1, 512))
-    with forced_kernel("wgmma-window"):
+    precision = "tf32" if dtype == torch.float32 else "auto"
+    with forced_kernel(kernel):
         for seed, (b, c_in, c_out, groups, k, dilation, length) in enumerate(cases, 6100):
-            x = make_x((b, c_in, length), torch.float32, DEV, "contiguous", seed)
+            x = make_x((b, c_in, length), dtype, DEV, "contiguous", seed)
             g = torch.Generator().manual_seed(seed)
-            w = (torch.randn(c_out, c_in // groups, k, generator=g) / (c_in // groups * k) ** 0.5).to(DEV)
-            gy = torch.randn(b, c_out, length, generator=g).to(DEV)
+            w = (torch.randn(c_out, c_in // groups, k, generator=g) / (c_in // groups * k) ** 0.5).to(DEV, dtype)
+            gy = torch.randn(b, c_out, length, generator=g).to(DEV, dtype)
             got = {}
             for tap_major in ("1", "0"):
-                monkeypatch.setenv("CAUSALCONV_WGRAD_TAP_MAJOR", tap_major)
-                got[tap_major] = _grads(x, w, None, gy, dilation, groups, "tf32")[1]
-            label = f"tap-major {b}x{c_in}->{c_out} g={groups} K={k} d={dilation} L={length}"
-            assert torch.equal(got["1"], got["0"]), f"{label}: differs from the default layout"
-            exact = exact_grads(x, w, None, gy, dilation, groups, "tf32")[1]
-            assert_close(got["1"], exact, torch.float32, "tf32", "dw", label=label)
+                monkeypatch.setenv(knob, tap_major)
+                got[tap_major] = _grads(x, w, None, gy, dilation, groups, precision)[1]
+            label = f"{knob} {kernel} {b}x{c_in}->{c_out} g={groups} K={k} d={dilation} L={length}"
+            assert torch.equal(got["1"], got["0"]), f"{label}: differs from dw's own layout"
+            exact = exact_grads(x, w, None, gy, dilation, groups, precision)[1]
+            assert_close(got["1"], exact, dtype, precision, "dw", label=label)
