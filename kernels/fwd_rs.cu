@@ -90,6 +90,24 @@ struct FwdRsPlan {
   StreamKPlan sk;  // which blocks run which tiles, whole or in segments (stream_k.cuh)
 };
 
+// The tile a (whole or partial) segment belongs to: output-channel tile, first time step,
+// group and batch, in the order the grid walks them (output-channel tile fastest, so that
+// the blocks sharing an x window run it together).
+struct RsTile {
+  int ot, g;
+  int64_t t0, b;
+};
+template <int kTile>
+__device__ __forceinline__ RsTile decode_tile(int64_t tile, const FwdRsPlan& pl, int groups) {
+  RsTile d;
+  d.ot = static_cast<int>(tile % pl.n_ot);
+  d.t0 = (tile / pl.n_ot % pl.n_tt) * kTile;
+  const int64_t rest = tile / pl.n_ot / pl.n_tt;
+  d.g = static_cast<int>(rest % groups);
+  d.b = rest / groups;
+  return d;
+}
+
 // A segment's units are (input-channel chunk, tap) pairs, unit = ic * K + k, walked stage
 // by stage as a whole tile is: stage j holds chunk j / ngroups and taps k0 .. k0 + nt - 1,
 // of which taps kk_lo .. kk_hi - 1 (counted from k0) fall in the segment.
@@ -216,10 +234,9 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
     SegmentWalk walk(pl.sk);
     bool image_ready = false;  // the weight image kernel ahead of this one has finished
     for (Segment seg; walk.next(pl.sk, seg);) {
-      const int64_t tile = seg.tile;
-      const int ot = static_cast<int>(tile % pl.n_ot);
-      const int64_t t0 = (tile / pl.n_ot % pl.n_tt) * Tr::kTile, rest = tile / pl.n_ot / pl.n_tt;
-      const int g = static_cast<int>(rest % p.groups), b = static_cast<int>(rest / p.groups);
+      const RsTile d = decode_tile<Tr::kTile>(seg.tile, pl, p.groups);
+      const int ot = d.ot, g = d.g, b = static_cast<int>(d.b);
+      const int64_t t0 = d.t0;
       const int64_t w_tile = (static_cast<int64_t>(g) * pl.n_ot + ot) * pl.n_ic;
       const int j_end = first_stage(seg.u1 - 1, p.K, pl.tpg, pl.ngroups) + 1;
       for (int j = first_stage(seg.u0, p.K, pl.tpg, pl.ngroups); j < j_end; ++j, rr.next(pl.raws)) {
@@ -266,11 +283,9 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
   if (c == 1 && pl.skew > 0) ptx::mbar_wait(skew_bar, 0);
   SegmentWalk walk(pl.sk);
   for (Segment seg; walk.next(pl.sk, seg);) {
-    const int64_t tile = seg.tile;
-    const int ot = static_cast<int>(tile % pl.n_ot);
-    const int64_t t0 = (tile / pl.n_ot % pl.n_tt) * Tr::kTile, rest = tile / pl.n_ot / pl.n_tt;
-    const int g = static_cast<int>(rest % p.groups);
-    const int64_t b = rest / p.groups;
+    const RsTile d = decode_tile<Tr::kTile>(seg.tile, pl, p.groups);
+    const int ot = d.ot, g = d.g;
+    const int64_t t0 = d.t0, b = d.b;
 #pragma unroll
     for (int mi = 0; mi < Tr::kMI; ++mi) {
 #pragma unroll

@@ -23,8 +23,12 @@ __global__ void reduce_kernel(const float* __restrict__ ws, T* __restrict__ out,
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float s = 0.f;
     for (int k = 0; k < splits; ++k) s += ws[k * n + e];
-    const int64_t tap = e / m;
-    out[tap_k > 0 ? (e - tap * m) * tap_k + tap : e] = from_float<T>(s);
+    if (tap_k > 0) {  // (uniform: no division where the slices are laid out as out)
+      const int64_t tap = e / m;
+      out[(e - tap * m) * tap_k + tap] = from_float<T>(s);
+    } else {
+      out[e] = from_float<T>(s);
+    }
   }
 }
 

@@ -191,7 +191,6 @@ struct Ring {
   }
 };
 
-// One 16-byte async copy per loop step, spread over the block's threads.
 // Byte offset of 16-byte chunk `chunk` (0-3) of row `row` in an epilogue staging buffer of
 // 64-byte rows, laid out as a TMA map with CU_TENSOR_MAP_SWIZZLE_64B reads it: chunks rotate
 // by (row / 2) % 4, so that eight rows' stores of one chunk column fall in distinct banks.
@@ -199,6 +198,7 @@ __device__ __forceinline__ uint32_t swizzle64_offset(int row, int chunk) {
   return row * 64 + ((chunk ^ ((row >> 1) & 3)) << 4);
 }
 
+// One 16-byte async copy per loop step, spread over the block's threads.
 template <int kThreads>
 __device__ __forceinline__ void copy_chunks(uint32_t dst, const uint8_t* src, int nchunks) {
   for (int i = threadIdx.x; i < nchunks; i += kThreads) ptx::cp_async_16(dst + 16 * i, src + 16 * i, 16);

@@ -63,7 +63,6 @@ __device__ __forceinline__ WgradBlock decode_wgrad_block(const WgradParams& p, c
   return w;
 }
 
-// Shared-memory buffers are kept 1024-byte aligned (the 128-byte swizzle's atoms).
 // Where partial sum (dw row, input channel i, tap k) of split `split` goes in the workspace:
 // dw's layout per split, [C_out][cin_g][K], or tap-major, [K][C_out][cin_g]
 // (WgradParams::tap_major), as base + row * s_row + i * s_i + k * s_k, so that the
@@ -82,6 +81,7 @@ struct SliceIndex {
   }
 };
 
+// Shared-memory buffers are kept 1024-byte aligned (the 128-byte swizzle's atoms).
 inline int round_up_kb(int64_t bytes) { return static_cast<int>(ceil_div(bytes, 1024) * 1024); }
 
 }  // namespace causalconv
