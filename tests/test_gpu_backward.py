@@ -385,7 +385,7 @@ def test_weight_gradient_reduction_as_dependent_launch(dtype, precision, monkeyp
 def test_tap_major_weight_gradient_slices(knob, kernel, dtype, monkeypatch):
     """A tensor-core weight gradient writing its partial sums tap-major (the raw-window fp32
     kernel with CAUSALCONV_WGRAD_TAP_MAJOR=1, the default; the shared-memory one, 16-bit or
-    fp32 forced, with CAUSALCONV_WGRAD_TC_TAP_MAJOR=1) and the reduction reading them so:
+    fp32 forced, with CAUSALCONV_WGRAD_TC_TAP_MAJOR=1, also the default) and the reduction reading them so:
     bitwise the gradient of dw's own layout (=0, the same sums in the same order) and within
     float64's tolerance, the workspace poisoned.  Split reductions over B x L, partial
     channel blocks, groups, taps spread over several tiles (K=7 at dilation 40, whose span
