@@ -25,23 +25,55 @@ namespace causalconv {
 // forwards and backwards within run-to-run spread.
 inline bool pdl_enabled() { return env_switch("CAUSALCONV_PDL"); }
 
-// Launches `kernel` on `stream`, as a programmatic dependent of the kernel before it when
-// `dependent` and pdl_enabled(), else normally.  A failed launch raises an error naming `name`.
+// Launches `kernel` on `stream` in clusters of `cluster` blocks (1: none), as a programmatic
+// dependent of the kernel before it when `dependent` and pdl_enabled(), else normally.  A
+// failed launch raises an error naming `name`.
 template <typename... Params, typename... Args>
-void launch_maybe_dependent(const char* name, bool dependent, void (*kernel)(Params...), int64_t grid, int threads,
-                            size_t smem, cudaStream_t stream, Args&&... args) {
+void launch_ex(const char* name, bool dependent, int cluster, void (*kernel)(Params...), int64_t grid, int threads,
+               size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(grid));
   cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (dependent && pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n++].val.clusterDim = {static_cast<unsigned>(cluster), 1, 1};
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = dependent && pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = n;
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   CAUSALCONV_CHECK(err == cudaSuccess, "causalconv: launch of ", name, " failed: ", cudaGetErrorString(err));
+}
+
+template <typename... Params, typename... Args>
+void launch_maybe_dependent(const char* name, bool dependent, void (*kernel)(Params...), int64_t grid, int threads,
+                            size_t smem, cudaStream_t stream, Args&&... args) {
+  launch_ex(name, dependent, 1, kernel, grid, threads, smem, stream, std::forward<Args>(args)...);
+}
+
+// Clusters of `cluster` blocks of `kernel` (its shared memory attribute already set) that
+// can be resident at once: 0 when none fits.
+template <typename... Params>
+int max_active_clusters(void (*kernel)(Params...), int cluster, int threads, size_t smem) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(cluster));
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim = {static_cast<unsigned>(cluster), 1, 1};
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  CAUSALCONV_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  return n;
 }
 
 template <typename... Params, typename... Args>

@@ -33,6 +33,11 @@
 // stores from the accumulators: a warp's store covers 4 output rows x 32 bytes of time.
 // With CAUSALCONV_STREAM_K=1 the last waves' tiles are cut into segments of (chunk, tap)
 // units, a cut tile's tail handing its partial sums to the head (stream_k.cuh).
+// With CAUSALCONV_RS_MULTICAST=1 the blocks run in clusters of two on tiles of the same
+// weights (neighbouring time tiles), each reading half of every weight tap from L2 and
+// multicasting it into both blocks' slot: the weights' L2 traffic halves (at 256 steps per
+// tile the weights are ~65% of the forward's L2 reads), a slot being refilled only once
+// the consumers of both blocks have released it.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -84,23 +89,37 @@ struct FwdRsPlan {
   int raws;        // raw-window ring depth
   bool split_feed; // windows and weights issued by two producer threads (rs_split_feed())
   bool tma_store;  // the epilogue through shared memory and TMA stores (rs_tma_store())
+  bool pair;       // clusters of two blocks sharing the weight copies (rs_multicast()): the
+                   // walk's tiles are pairs, rank r of the cluster taking time slot 2i + r
   int skew;        // taps consumer warpgroup 1 issues before warpgroup 2 starts (fwd_tma.cu's knob)
   Stagger stagger; // the start-stagger knob (tc_common.cuh)
-  int64_t n_tt, n_tiles;
+  int64_t n_tt, n_tiles;  // time tiles; tiles (pairs of tiles with pair) the blocks walk
+  int64_t n_bt;           // (batch, time tile) slots per group and output-channel tile
   StreamKPlan sk;  // which blocks run which tiles, whole or in segments (stream_k.cuh)
 };
 
 // The tile a (whole or partial) segment belongs to: output-channel tile, first time step,
 // group and batch, in the order the grid walks them (output-channel tile fastest, so that
-// the blocks sharing an x window run it together).
+// the blocks sharing an x window run it together).  With pl.pair the walk's index is a
+// pair of tiles of one group and output-channel tile (they read the same weights) in
+// consecutive (batch, time tile) slots, `rank` choosing one; an odd slot count leaves the
+// last pair a tile past y's end, which reads zeros and stores nothing.
 struct RsTile {
   int ot, g;
   int64_t t0, b;
 };
 template <int kTile>
-__device__ __forceinline__ RsTile decode_tile(int64_t tile, const FwdRsPlan& pl, int groups) {
+__device__ __forceinline__ RsTile decode_tile(int64_t tile, const FwdRsPlan& pl, int groups, uint32_t rank) {
   RsTile d;
   d.ot = static_cast<int>(tile % pl.n_ot);
+  if (pl.pair) {
+    const int64_t rest = tile / pl.n_ot, pairs = (pl.n_bt + 1) / 2;
+    const int64_t bt = rest % pairs * 2 + rank;
+    d.g = static_cast<int>(rest / pairs);
+    d.b = bt < pl.n_bt ? bt / pl.n_tt : 0;
+    d.t0 = (bt < pl.n_bt ? bt % pl.n_tt : pl.n_tt) * kTile;
+    return d;
+  }
   d.t0 = (tile / pl.n_ot % pl.n_tt) * kTile;
   const int64_t rest = tile / pl.n_ot / pl.n_tt;
   d.g = static_cast<int>(rest % groups);
@@ -184,92 +203,81 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Tr::kMI][Tr::k
 }
 #endif
 
-template <int MI, int Bufs, int N>
-__global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
-    fwd_rs_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y, ConvParams p,
-                  FwdRsPlan pl) {
-  using Tr = FwdRsTraits<MI, Bufs, N>;
-  extern __shared__ __align__(16) uint8_t smem_raw[];
 #if CAUSALCONV_HAS_WGMMA
-  using Mma = wgmma::Mma<wgmma::Tf32, Tr::kN>;
-  const uint32_t raw0 = ptx::smem_addr(smem_raw);
-  const uint32_t base = (raw0 + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
-  const int nslots = pl.slots;
-  // [weight slots][raw windows][epilogue staging, with tma_store][barriers]
-  const uint32_t raw_base = base + nslots * Tr::kTapBytes;
-  const uint32_t staging = raw_base + pl.raws * pl.raw_bytes;
-  const uint32_t bars = staging + (pl.tma_store ? Tr::kStageBytes : 0);
-  auto wfull = [&](int w) { return bars + 8u * w; };
-  auto wempty = [&](int w) { return bars + 8u * (nslots + w); };
-  auto rawfull = [&](int r) { return bars + 8u * (2 * nslots + r); };
-  auto rawempty = [&](int r) { return bars + 8u * (2 * nslots + pl.raws + r); };
-  const uint32_t skew_bar = bars + 8u * (2 * nslots + 2 * pl.raws);
+// One block's shared memory: [weight slots][raw windows][epilogue staging, with
+// tma_store][barriers], the slots and atoms 1024-byte aligned.
+struct RsSmem {
+  uint32_t base, raw_base, staging, bars;
+  int slots, raws;
+  __device__ __forceinline__ uint32_t wfull(int w) const { return bars + 8u * w; }
+  __device__ __forceinline__ uint32_t wempty(int w) const { return bars + 8u * (slots + w); }
+  __device__ __forceinline__ uint32_t rawfull(int r) const { return bars + 8u * (2 * slots + r); }
+  __device__ __forceinline__ uint32_t rawempty(int r) const { return bars + 8u * (2 * slots + raws + r); }
+  __device__ __forceinline__ uint32_t skew_bar() const { return bars + 8u * (2 * slots + 2 * raws); }
+};
 
-  const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {
-    for (int w = 0; w < nslots; ++w) {
-      ptx::mbar_init(wfull(w), 1);
-      ptx::mbar_init(wempty(w), Tr::kConsumerWarps);
-    }
-    for (int r = 0; r < pl.raws; ++r) {
-      ptx::mbar_init(rawfull(r), 1);
-      ptx::mbar_init(rawempty(r), Tr::kConsumerWarps);
-    }
-    ptx::mbar_init(skew_bar, 4);  // warpgroup 1's warps
-    ptx::fence_mbar_init();
-  }
-  __syncthreads();
-
-  if (wg == 0) {
-    ptx::setmaxnreg_dec<Tr::kCopyRegs>();
-    // Producers: raw buffer r is reused once both consumers' groups that read it retired,
-    // weight slot w once the MMAs on its tap retired.  With split_feed, thread 0 issues the
-    // windows and warp 1's first thread the weights, so that the weight ring fills as far
-    // ahead as its depth, not only as far as the window ring lets one thread get.
-    const bool windows = threadIdx.x == 0, weights = threadIdx.x == (pl.split_feed ? 32 : 0);
-    if (!windows && !weights) return;
-    if (windows) ptx::tma_prefetch_descriptor(&map_x);
-    stagger_wait(pl.stagger, pl.n_tiles);
-    Ring wr, rr;
-    SegmentWalk walk(pl.sk);
-    bool image_ready = false;  // the weight image kernel ahead of this one has finished
-    for (Segment seg; walk.next(pl.sk, seg);) {
-      const RsTile d = decode_tile<Tr::kTile>(seg.tile, pl, p.groups);
-      const int ot = d.ot, g = d.g, b = static_cast<int>(d.b);
-      const int64_t t0 = d.t0;
-      const int64_t w_tile = (static_cast<int64_t>(g) * pl.n_ot + ot) * pl.n_ic;
-      const int j_end = first_stage(seg.u1 - 1, p.K, pl.tpg, pl.ngroups) + 1;
-      for (int j = first_stage(seg.u0, p.K, pl.tpg, pl.ngroups); j < j_end; ++j, rr.next(pl.raws)) {
-        const StageTaps st = stage_taps(j, seg, p.K, pl.tpg, pl.ngroups);
-        const int ic = st.ic, k0 = st.k0;
-        if (windows) {
-          ptx::mbar_wait(rawempty(rr.idx), rr.phase ^ 1);
-          const int64_t a0 = floor_div(t0 + static_cast<int64_t>(k0) * p.dilation + p.shift, 4) * 4;
-          const uint32_t dst = raw_base + rr.idx * pl.raw_bytes;
-          ptx::mbar_arrive_expect_tx(rawfull(rr.idx), 2 * pl.half_bytes);
-          for (int h = 0; h < 2; ++h)
-            ptx::tma_load_3d(dst + h * pl.half_bytes, &map_x, static_cast<int>(a0 + h * Tr::kHalf),
-                             g * p.cin_g + ic * Tr::kCI, b, rawfull(rr.idx));
-        }
-        if (!weights) continue;
-        const int64_t w_off = ((w_tile + ic) * p.K + k0) * Tr::kTapBytes;
-        if (!image_ready) ptx::griddep_wait();  // after the first window's copy went out, if one thread issues both
-        image_ready = true;
-        for (int kk = st.kk_lo; kk < st.kk_hi; ++kk, wr.next(nslots)) {
-          ptx::mbar_wait(wempty(wr.idx), wr.phase ^ 1);
-          ptx::mbar_arrive_expect_tx(wfull(wr.idx), Tr::kTapBytes);
-          ptx::bulk_load(base + wr.idx * Tr::kTapBytes, static_cast<const uint8_t*>(pl.w) + w_off + kk * Tr::kTapBytes,
-                         Tr::kTapBytes, wfull(wr.idx));
-        }
+// Producers: raw buffer r is reused once both consumers' groups that read it retired,
+// weight slot w once the MMAs on its tap retired (in both blocks of a pair, each of which
+// copies half of every tap into both).  With split_feed, thread 0 issues the windows and
+// warp 1's first thread the weights, so that the weight ring fills as far ahead as its
+// depth, not only as far as the window ring lets one thread get.
+template <class Tr>
+__device__ __forceinline__ void produce(const CUtensorMap& map_x, const ConvParams& p, const FwdRsPlan& pl,
+                                        const RsSmem& sm, bool windows, bool weights, uint32_t rank) {
+  const uint32_t part = pl.pair ? Tr::kTapBytes / 2 : Tr::kTapBytes;  // the bytes of a tap this block reads
+  if (windows) ptx::tma_prefetch_descriptor(&map_x);
+  stagger_wait(pl.stagger, pl.n_tiles);
+  Ring wr, rr;
+  SegmentWalk walk(pl.sk);
+  bool image_ready = false;  // the weight image kernel ahead of this one has finished
+  for (Segment seg; walk.next(pl.sk, seg);) {
+    const RsTile d = decode_tile<Tr::kTile>(seg.tile, pl, p.groups, rank);
+    const int ot = d.ot, g = d.g, b = static_cast<int>(d.b);
+    const int64_t t0 = d.t0;
+    const int64_t w_tile = (static_cast<int64_t>(g) * pl.n_ot + ot) * pl.n_ic;
+    const int j_end = first_stage(seg.u1 - 1, p.K, pl.tpg, pl.ngroups) + 1;
+    for (int j = first_stage(seg.u0, p.K, pl.tpg, pl.ngroups); j < j_end; ++j, rr.next(pl.raws)) {
+      const StageTaps st = stage_taps(j, seg, p.K, pl.tpg, pl.ngroups);
+      const int ic = st.ic, k0 = st.k0;
+      if (windows) {
+        ptx::mbar_wait(sm.rawempty(rr.idx), rr.phase ^ 1);
+        const int64_t a0 = floor_div(t0 + static_cast<int64_t>(k0) * p.dilation + p.shift, 4) * 4;
+        const uint32_t dst = sm.raw_base + rr.idx * pl.raw_bytes;
+        ptx::mbar_arrive_expect_tx(sm.rawfull(rr.idx), 2 * pl.half_bytes);
+        for (int h = 0; h < 2; ++h)
+          ptx::tma_load_3d(dst + h * pl.half_bytes, &map_x, static_cast<int>(a0 + h * Tr::kHalf),
+                           g * p.cin_g + ic * Tr::kCI, b, sm.rawfull(rr.idx));
+      }
+      if (!weights) continue;
+      const int64_t w_off = ((w_tile + ic) * p.K + k0) * Tr::kTapBytes;
+      if (!image_ready) ptx::griddep_wait();  // after the first window's copy went out, if one thread issues both
+      image_ready = true;
+      for (int kk = st.kk_lo; kk < st.kk_hi; ++kk, wr.next(pl.slots)) {
+        ptx::mbar_wait(sm.wempty(wr.idx), wr.phase ^ 1);
+        ptx::mbar_arrive_expect_tx(sm.wfull(wr.idx), Tr::kTapBytes);
+        // The whole tap arrives: this block's part and, with pair, the other block's.
+        const uint8_t* src = static_cast<const uint8_t*>(pl.w) + w_off + kk * Tr::kTapBytes + rank * part;
+        const uint32_t dst = sm.base + wr.idx * Tr::kTapBytes + rank * part;
+        if (pl.pair) ptx::bulk_load_multicast(dst, src, part, sm.wfull(wr.idx), 0x3);
+        else ptx::bulk_load(dst, src, part, sm.wfull(wr.idx));
       }
     }
-    return;
   }
+}
 
-  // Consumers: warpgroup c owns time steps kHalf*c .. of the tile and its raw window half.
+// Consumers: warpgroup c owns time steps kHalf*c .. of the tile and its raw window half.
+template <class Tr>
+__device__ __forceinline__ void consume(const CUtensorMap& map_y, const ConvParams& p, const FwdRsPlan& pl,
+                                        const RsSmem& sm, uint8_t* smem_raw, uint32_t raw0, uint32_t rank) {
+  using Mma = wgmma::Mma<wgmma::Tf32, Tr::kN>;
+  const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // A weight slot's release goes to both blocks of a pair: either block's next copy into it waits for both.
+  auto release_slot = [&](int w) {
+    ptx::mbar_arrive(sm.wempty(w));
+    if (pl.pair) ptx::mbar_arrive_cluster(sm.wempty(w), rank ^ 1u);
+  };
   // Lane 4g + cl of warp q holds A rows (time) 64mi + 16q + g and + 8, columns (input
   // channels) 8ks + cl and + 4: byte offsets from the half's start below.
-  ptx::setmaxnreg_inc<Tr::kMmaRegs>();
   const int c = wg - 1, q = warp & 3, gl = lane >> 2, cl = lane & 3;
   const uint32_t lane_off = static_cast<uint32_t>(cl * pl.window + 16 * q + gl) * 4u + c * pl.half_bytes;
   const uint32_t ch4 = static_cast<uint32_t>(4 * pl.window) * 4u;  // columns + 4: 4 channels on
@@ -278,12 +286,12 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
   Ring wr, rr;
   int prev_w = -1, prev_r = -1;  // in flight: the previous tap's weight slot; the raw buffer of the stage it ended
   int skew_left = c == 0 ? pl.skew : 0;  // as in fwd_tma.cu
-  const uint32_t stage0 = staging + (warp - 4) * 2 * Tr::kSliceBytes;  // this warp's two slice buffers
+  const uint32_t stage0 = sm.staging + (warp - 4) * 2 * Tr::kSliceBytes;  // this warp's two slice buffers
   uint32_t stores = 0;  // the warp's TMA stores so far: they alternate between its buffers
-  if (c == 1 && pl.skew > 0) ptx::mbar_wait(skew_bar, 0);
+  if (c == 1 && pl.skew > 0) ptx::mbar_wait(sm.skew_bar(), 0);
   SegmentWalk walk(pl.sk);
   for (Segment seg; walk.next(pl.sk, seg);) {
-    const RsTile d = decode_tile<Tr::kTile>(seg.tile, pl, p.groups);
+    const RsTile d = decode_tile<Tr::kTile>(seg.tile, pl, p.groups, rank);
     const int ot = d.ot, g = d.g;
     const int64_t t0 = d.t0, b = d.b;
 #pragma unroll
@@ -297,11 +305,11 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
       const int k0 = st.k0;
       const int64_t ws0 = t0 + static_cast<int64_t>(k0) * p.dilation + p.shift;
       const int off = static_cast<int>(ws0 - floor_div(ws0, 4) * 4);
-      const uint32_t xw = raw_base + rr.idx * pl.raw_bytes + lane_off + off * 4;
-      ptx::mbar_wait(rawfull(rr.idx), rr.phase);
-      for (int kk = st.kk_lo; kk < st.kk_hi; ++kk, wr.next(nslots)) {
-        ptx::mbar_wait(wfull(wr.idx), wr.phase);
-        const uint64_t db = ptx::desc_kmajor_sw128(base + wr.idx * Tr::kTapBytes);
+      const uint32_t xw = sm.raw_base + rr.idx * pl.raw_bytes + lane_off + off * 4;
+      ptx::mbar_wait(sm.rawfull(rr.idx), rr.phase);
+      for (int kk = st.kk_lo; kk < st.kk_hi; ++kk, wr.next(pl.slots)) {
+        ptx::mbar_wait(sm.wfull(wr.idx), wr.phase);
+        const uint64_t db = ptx::desc_kmajor_sw128(sm.base + wr.idx * Tr::kTapBytes);
         const uint32_t xt = xw + static_cast<uint32_t>(kk * p.dilation) * 4u;
 #pragma unroll
         for (int ks = 0; ks < Tr::kKSteps; ++ks) {
@@ -320,20 +328,20 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
           ptx::wgmma_commit();
           ptx::wgmma_wait<Tr::kBufs - 1>();  // group j - kBufs + 1 has retired: its fragments are free
           if (ks == Tr::kBufs - 2) {  // that group was the previous tap's last: its slot and window are free
-            if (lane == 0 && prev_w >= 0) ptx::mbar_arrive(wempty(prev_w));
-            if (lane == 0 && prev_r >= 0) ptx::mbar_arrive(rawempty(prev_r));
+            if (lane == 0 && prev_w >= 0) release_slot(prev_w);
+            if (lane == 0 && prev_r >= 0) ptx::mbar_arrive(sm.rawempty(prev_r));
             prev_r = -1;
           }
         }
         prev_w = wr.idx;
-        if (skew_left > 0 && --skew_left == 0 && lane == 0) ptx::mbar_arrive(skew_bar);
+        if (skew_left > 0 && --skew_left == 0 && lane == 0) ptx::mbar_arrive(sm.skew_bar());
       }
       prev_r = rr.idx;
     }
     ptx::wgmma_wait<0>();
     if (lane == 0) {
-      ptx::mbar_arrive(wempty(prev_w));
-      ptx::mbar_arrive(rawempty(prev_r));
+      release_slot(prev_w);
+      ptx::mbar_arrive(sm.rawempty(prev_r));
     }
     prev_w = prev_r = -1;
     if (seg.u0 > 0) {  // a tail: its sums go to the block that runs the tile's head
@@ -386,6 +394,51 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
   // The staging buffers must outlive the stores that read them, and y must be written
   // when the kernel ends.
   if (pl.tma_store && lane == 0) ptx::bulk_wait_group_all();
+}
+#endif
+
+template <int MI, int Bufs, int N>
+__global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
+    fwd_rs_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y, ConvParams p,
+                  FwdRsPlan pl) {
+  using Tr = FwdRsTraits<MI, Bufs, N>;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+#if CAUSALCONV_HAS_WGMMA
+  const uint32_t raw0 = ptx::smem_addr(smem_raw);
+  RsSmem sm;
+  sm.base = (raw0 + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
+  sm.slots = pl.slots;
+  sm.raws = pl.raws;
+  sm.raw_base = sm.base + pl.slots * Tr::kTapBytes;
+  sm.staging = sm.raw_base + pl.raws * pl.raw_bytes;
+  sm.bars = sm.staging + (pl.tma_store ? Tr::kStageBytes : 0);
+  // With pl.pair a weight slot is filled half by each block of the cluster, so it is free
+  // again once both blocks' consumers have released it.
+  const uint32_t rank = pl.pair ? ptx::cluster_ctarank() : 0u;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < pl.slots; ++w) {
+      ptx::mbar_init(sm.wfull(w), 1);
+      ptx::mbar_init(sm.wempty(w), Tr::kConsumerWarps * (pl.pair ? 2 : 1));
+    }
+    for (int r = 0; r < pl.raws; ++r) {
+      ptx::mbar_init(sm.rawfull(r), 1);
+      ptx::mbar_init(sm.rawempty(r), Tr::kConsumerWarps);
+    }
+    ptx::mbar_init(sm.skew_bar(), 4);  // warpgroup 1's warps
+    ptx::fence_mbar_init();
+  }
+  if (pl.pair) ptx::cluster_sync();  // the other block's copies and arrivals find the barriers set up
+  else __syncthreads();
+
+  if (threadIdx.x < 128) {
+    ptx::setmaxnreg_dec<Tr::kCopyRegs>();
+    const bool windows = threadIdx.x == 0, weights = threadIdx.x == (pl.split_feed ? 32 : 0);
+    if (windows || weights) produce<Tr>(map_x, p, pl, sm, windows, weights, rank);
+  } else {
+    ptx::setmaxnreg_inc<Tr::kMmaRegs>();
+    consume<Tr>(map_y, p, pl, sm, smem_raw, raw0, rank);
+  }
+  if (pl.pair) ptx::cluster_sync();  // no block leaves while the other may still arrive on its barriers
 #else
   __trap();  // dispatch only picks this kernel for sm_90a binaries
 #endif
@@ -397,13 +450,15 @@ int64_t rs_tile_count(const ConvParams& p, int tile, int n) {
 }
 
 template <int MI, int Bufs, int N>
-FwdRsPlan make_plan(const ConvParams& p, int smem_limit) {
+FwdRsPlan make_plan(const ConvParams& p, int smem_limit, bool pair) {
   using Tr = FwdRsTraits<MI, Bufs, N>;
   FwdRsPlan pl{};
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kN));
   pl.n_ic = static_cast<int>(ceil_div(p.cin_g, Tr::kCI));
   pl.n_tt = ceil_div(p.L, Tr::kTile);
-  pl.n_tiles = rs_tile_count(p, Tr::kTile, Tr::kN);
+  pl.n_bt = p.B * pl.n_tt;
+  pl.pair = pair;
+  pl.n_tiles = pair ? pl.n_ot * p.groups * ceil_div(pl.n_bt, 2) : rs_tile_count(p, Tr::kTile, Tr::kN);
   // TMA stores write whole 32-channel boxes, clipped only at y's bounds, so a box must not
   // straddle two groups; y's rows must be 16-byte aligned.
   pl.tma_store = rs_tma_store() && (p.groups == 1 || p.cout_g % Tr::kSliceChannels == 0) && p.sy_c % 4 == 0 &&
@@ -448,16 +503,27 @@ template <int MI, int Bufs, int N>
 void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   using Tr = FwdRsTraits<MI, Bufs, N>;
   const int smem_limit = max_smem_optin();
-  FwdRsPlan pl = make_plan<MI, Bufs, N>(p, smem_limit);
+  // Pairs of blocks sharing the weight copies walk whole tiles only (no Stream-K).
+  FwdRsPlan pl = make_plan<MI, Bufs, N>(p, smem_limit, rs_multicast() && stream_k_mode() == 0);
   CAUSALCONV_CHECK(pl.slots >= 2, "causalconv: no register-A forward pipeline fits dilation ", p.dilation);
   CAUSALCONV_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
                    "causalconv: problem too large for 32-bit TMA coordinates");
   const size_t smem =
       static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(pl.raws) * pl.raw_bytes + Tr::kBarrierBytes + 1024 +
       (pl.tma_store ? Tr::kStageBytes : 0);
-
-  const int64_t grid = std::min<int64_t>(pl.n_tiles, sms);
-  pl.sk = plan_stream_k(pl.n_tiles, pl.n_ic * p.K, grid, Tr::kConsumers, Tr::kMI * Tr::kN / 2, stream_k_mode());
+  auto kernel = fwd_rs_kernel<MI, Bufs, N>;
+  allow_max_smem<Tr>(kernel);  // one instantiation per traits type
+  // The walkers: blocks, or with pairs clusters of two (as many as can be resident at once).
+  int64_t walkers = std::min<int64_t>(pl.n_tiles, sms);
+  if (pl.pair) {
+    const int clusters = max_active_clusters(kernel, 2, Tr::kThreads, smem);
+    if (clusters > 0) walkers = std::min<int64_t>(pl.n_tiles, clusters);
+    else pl = make_plan<MI, Bufs, N>(p, smem_limit, false);  // no cluster fits: single blocks, the same smem
+  }
+  const int cluster = pl.pair ? 2 : 1;
+  pl.sk = plan_stream_k(pl.n_tiles, pl.n_ic * p.K, walkers, Tr::kConsumers, Tr::kMI * Tr::kN / 2,
+                        pl.pair ? 0 : stream_k_mode());
+  pl.sk.shift = pl.pair ? 1 : 0;
 
   // The TF32-rounded image, and Stream-K's partial sums and flags after it, live in this
   // stream's scratch buffer, leased until the kernel is enqueued.  The flags are zeroed
@@ -483,9 +549,7 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   if (pl.tma_store)
     map_y = make_bcl_tensor_map(p.y, at::kFloat, p.B, p.C_out, p.L, p.sy_b, p.sy_c, Tr::kSliceSteps, Tr::kSliceChannels,
                                 true);
-  auto kernel = fwd_rs_kernel<MI, Bufs, N>;
-  allow_max_smem<Tr>(kernel);  // one instantiation per traits type
-  launch_dependent("conv_fwd_rs", kernel, grid, Tr::kThreads, smem, stream, map_x, map_y, p, pl);
+  launch_ex("conv_fwd_rs", true, cluster, kernel, walkers * cluster, Tr::kThreads, smem, stream, map_x, map_y, p, pl);
 }
 
 // Time tile: the fewest tile rounds over the multiprocessors, weighted by the tile's

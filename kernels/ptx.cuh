@@ -224,6 +224,37 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
+// The same copy delivered to every CTA of `cta_mask` in the cluster: the bytes land at
+// dst's offset and complete transactions on the barrier at bar's offset in each of them
+// (sm_90a), so one read of global memory fills the same buffer in several blocks.
+__device__ __forceinline__ void bulk_load_multicast(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                                    uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;\n" ::"r"(
+          dst),
+      "l"(src), "r"(bytes), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+// Thread block clusters: this block's rank in its cluster; an arrival on the barrier at
+// `bar`'s offset in block `cta` of the cluster (release: this thread's earlier reads and
+// writes happen before the barrier's phase completes); and a barrier of every thread of
+// the cluster (release / acquire), which also keeps a block's shared memory alive while
+// the others may still address it.
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
 // TMA store: writes the box at element coordinates (c0 innermost, c1, c2) of a 3-D map from
 // shared memory (src, laid out as the map's swizzle says) to global memory; elements
 // outside the tensor are not written.  The copy joins this thread's current bulk group.

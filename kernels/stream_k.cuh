@@ -33,6 +33,8 @@ struct StreamKPlan {
   int64_t grid = 0;
   int groups = 0;         // consumer warpgroups per block, each handing over its own accumulators
   int per_thread = 0;     // accumulators per consumer thread
+  int shift = 0;          // log2 of the blocks that walk one sequence of tiles together (a
+                          // cluster's blocks, each taking its own part of every tile); whole tiles only
   float* partials = nullptr;  // [block][warpgroup][per_thread / 4][128 threads] float4: the tail it computed first
   int* flags = nullptr;       // [block][warpgroup]: that tail's partial sums are written
 
@@ -52,14 +54,14 @@ struct Segment {
 class SegmentWalk {
  public:
   __device__ __forceinline__ explicit SegmentWalk(const StreamKPlan& s)
-      : next_tile_(blockIdx.x),
+      : next_tile_(blockIdx.x >> s.shift),
         pos_(s.sk_units * blockIdx.x / gridDim.x),
         end_(s.sk_units * (blockIdx.x + 1) / gridDim.x) {}
 
   __device__ __forceinline__ bool next(const StreamKPlan& s, Segment& seg) {
     if (next_tile_ < s.dp_tiles) {
       seg = Segment{next_tile_, 0, s.units};
-      next_tile_ += gridDim.x;
+      next_tile_ += gridDim.x >> s.shift;
       return true;
     }
     if (pos_ >= end_) return false;

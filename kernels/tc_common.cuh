@@ -252,6 +252,13 @@ inline bool rs_narrow_tiles() { return env_switch("CAUSALCONV_RS_NARROW_TILES");
 // slower (its 32 KB of staging costs two weight slots) (NOTES v29 measured).
 inline bool rs_tma_store() { return env_switch("CAUSALCONV_RS_TMA_STORE"); }
 
+// Whether the raw-window TF32 forward (fwd_rs.cu) runs in clusters of two blocks that
+// share each weight tap's copy (each block reads half of it from L2 and multicasts it to
+// both): only with CAUSALCONV_RS_MULTICAST=1 until measured.  Halving the weights' bytes
+// per tap (an ablation that copied half of each tap) measured the default problem's fp32
+// forward 5% faster on an H100 and 32x256->512 6%, 8x1024 unchanged (NOTES v32).
+inline bool rs_multicast() { return env_switch("CAUSALCONV_RS_MULTICAST", false); }
+
 // Taps the TMA forwards' consumer warpgroup 1 runs ahead of warpgroup 2 (fwd_tma.cu, fwd_rs.cu), from
 // CAUSALCONV_CONSUMER_SKEW, 0 (lockstep) by default: a knob for measuring whether
 // overlapping one warpgroup's epilogue with the other's MMAs pays.

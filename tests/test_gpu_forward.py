@@ -323,6 +323,18 @@ def test_fp32_tma_store(monkeypatch):
     _same_with_knob_off(monkeypatch, cases, 3901, "CAUSALCONV_RS_TMA_STORE", "the direct stores")
 
 
+def test_fp32_multicast_pairs(monkeypatch):
+    """The raw-window TF32 forward in clusters of two blocks that each copy half of every
+    weight tap into both (CAUSALCONV_RS_MULTICAST=1) against single blocks (=0).  An odd
+    count of (batch, time tile) slots, whose last pair has a tile past y's end (3 x 700, and
+    1 x 64, one tile in all); 64 channels (the narrow tile's 4 KB halves) with taps 512
+    apart; two groups with K=7 (stages of four and three taps); more pairs than clusters fit
+    at once; and Stream-K (mode 2), which keeps single blocks."""
+    cases = ((3, 100, 48, 3, 2, 1, 700, "0"), (1, 256, 256, 4, 1, 1, 64, "0"), (4, 64, 64, 2, 512, 1, 4096, "0"),
+             (2, 128, 128, 7, 4, 2, 2048, "0"), (9, 256, 256, 4, 1, 1, 2048, "0"), (9, 256, 256, 4, 1, 1, 2048, "2"))
+    _same_with_knob_off(monkeypatch, cases, 4001, "CAUSALCONV_RS_MULTICAST", "single blocks")
+
+
 @pytest.mark.parametrize("c_in,c_out,groups", [(3, 5, 1), (96, 160, 1), (257, 257, 1), (16, 16, 1), (64, 64, 64),
                                                (256, 512, 2), (48, 48, 16)])
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
