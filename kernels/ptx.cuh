@@ -236,10 +236,12 @@ __device__ __forceinline__ void bulk_load_multicast(uint32_t dst, const void* sr
       : "memory");
 }
 // Thread block clusters: this block's rank in its cluster; an arrival on the barrier at
-// `bar`'s offset in block `cta` of the cluster (release: this thread's earlier reads and
-// writes happen before the barrier's phase completes); and a barrier of every thread of
-// the cluster (release / acquire), which also keeps a block's shared memory alive while
-// the others may still address it.
+// `bar`'s offset in block `cta` of the cluster, with the default release at CTA scope (what
+// it orders are this thread's finished reads of a buffer the other block's copy may now
+// overwrite; .release.cluster made ptxas put a MEMBAR.ALL.GPU before every arrival, which
+// slowed fwd_rs's pairs by 64% on an H100, NOTES v32); and a barrier of every thread of the
+// cluster (release / acquire), which also keeps a block's shared memory alive while the
+// others may still address it.
 __device__ __forceinline__ uint32_t cluster_ctarank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
@@ -248,7 +250,7 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
       "r"(cta)
       : "memory");
 }

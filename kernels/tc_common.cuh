@@ -254,9 +254,11 @@ inline bool rs_tma_store() { return env_switch("CAUSALCONV_RS_TMA_STORE"); }
 
 // Whether the raw-window TF32 forward (fwd_rs.cu) runs in clusters of two blocks that
 // share each weight tap's copy (each block reads half of it from L2 and multicasts it to
-// both): only with CAUSALCONV_RS_MULTICAST=1 until measured.  Halving the weights' bytes
-// per tap (an ablation that copied half of each tap) measured the default problem's fp32
-// forward 5% faster on an H100 and 32x256->512 6%, 8x1024 unchanged (NOTES v32).
+// both): only with CAUSALCONV_RS_MULTICAST=1.  Halving the weights' bytes per tap (an
+// ablation that copied half of each tap) measured the default problem's fp32 forward 5%
+// faster on an H100, but the pairs themselves measured within noise there (the blocks of a
+// pair wait for each other's slot releases); untried on an H200, whose forwards are bound
+// by energy per operation (NOTES v32).
 inline bool rs_multicast() { return env_switch("CAUSALCONV_RS_MULTICAST", false); }
 
 // Taps the TMA forwards' consumer warpgroup 1 runs ahead of warpgroup 2 (fwd_tma.cu, fwd_rs.cu), from
