@@ -516,7 +516,17 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
   // The walkers: blocks, or with pairs clusters of two (as many as can be resident at once).
   int64_t walkers = std::min<int64_t>(pl.n_tiles, sms);
   if (pl.pair) {
-    const int clusters = max_active_clusters(kernel, 2, Tr::kThreads, smem);
+    // The occupancy query is a driver call; remembered per device and instantiation for
+    // the last shared-memory size, as a training loop repeats its shapes.
+    static struct {
+      size_t smem;
+      int clusters;
+    } seen[64] = {};
+    int dev = 0;
+    CAUSALCONV_CUDA_CHECK(cudaGetDevice(&dev));
+    CAUSALCONV_CHECK(dev < 64, "causalconv: device index ", dev, " out of range");
+    if (seen[dev].smem != smem) seen[dev] = {smem, max_active_clusters(kernel, 2, Tr::kThreads, smem)};
+    const int clusters = seen[dev].clusters;
     if (clusters > 0) walkers = std::min<int64_t>(pl.n_tiles, clusters);
     else pl = make_plan<MI, Bufs, N>(p, smem_limit, false);  // no cluster fits: single blocks, the same smem
   }
