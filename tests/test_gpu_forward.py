@@ -264,19 +264,19 @@ def _window_cases(cases, seed):
     return out
 
 
-def _same_with_knob_off(monkeypatch, cases, seed, knob, what):
-    """Each case through the raw-window forward with `knob` at 1 and at 0: both within
+def _same_with_knob_off(monkeypatch, cases, seed, knob, what, on="1", off="0"):
+    """Each case through the raw-window forward with `knob` at `on` and at `off`: both within
     float64's tolerance (outputs poisoned first), and bitwise equal, since the knob changes
     how the kernel moves data, not which products it sums in which order."""
     with forced_kernel("wgmma-window"):
         for label, x, w, bias, dilation, groups, stream_k in _window_cases(cases, seed):
             monkeypatch.setenv("CAUSALCONV_STREAM_K", stream_k)
             results = {}
-            for value in ("1", "0"):
+            for value in (on, off):
                 monkeypatch.setenv(knob, value)
                 _check(x, w, bias, dilation, groups, "tf32", f"{label} {knob}={value}")
                 results[value] = causal_conv1d(x, w, bias, dilation, groups, "tf32")
-            assert torch.equal(results["1"], results["0"]), f"{label}: differs from {what}"
+            assert torch.equal(results[on], results[off]), f"{label}: differs from {what}"
 
 
 def test_fp32_split_feed(monkeypatch):
@@ -333,6 +333,17 @@ def test_fp32_multicast_pairs(monkeypatch):
     cases = ((3, 100, 48, 3, 2, 1, 700, "0"), (1, 256, 256, 4, 1, 1, 64, "0"), (4, 64, 64, 2, 512, 1, 4096, "0"),
              (2, 128, 128, 7, 4, 2, 2048, "0"), (9, 256, 256, 4, 1, 1, 2048, "0"), (9, 256, 256, 4, 1, 1, 2048, "2"))
     _same_with_knob_off(monkeypatch, cases, 4001, "CAUSALCONV_RS_MULTICAST", "single blocks")
+
+
+def test_fp32_four_consumer_warpgroups(monkeypatch):
+    """The raw-window TF32 forward's 256-step tiles as four consumer warpgroups of one m64 row
+    each (CAUSALCONV_RS_CONSUMERS=4) against two of two rows (=2).  The shapes take the 256-step
+    tile on 132 multiprocessors (66 to 132 such tiles): 256 channels; two groups of 48 with a
+    partial input chunk and a partial last time tile; 64 channels (the narrow tile) with taps
+    512 apart; K=7 (stages of four and three taps); Stream-K segments (mode 2)."""
+    cases = ((2, 256, 256, 4, 1, 1, 8192, "0"), (5, 96, 96, 3, 2, 2, 3000, "0"), (8, 64, 64, 2, 512, 1, 4096, "0"),
+             (4, 128, 128, 7, 4, 2, 4096, "0"), (2, 256, 256, 4, 1, 1, 8192, "2"))
+    _same_with_knob_off(monkeypatch, cases, 4101, "CAUSALCONV_RS_CONSUMERS", "two consumer warpgroups", "4", "2")
 
 
 @pytest.mark.parametrize("c_in,c_out,groups", [(3, 5, 1), (96, 160, 1), (257, 257, 1), (16, 16, 1), (64, 64, 64),
