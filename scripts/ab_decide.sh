@@ -43,6 +43,12 @@ python3 scripts/pick_setting.py "$OUT/steps.log" "$BASE" "$CAND" "${DECIDE:-tf32
 cat "$OUT/decision.txt"
 kept=$(tail -n 1 "$OUT/decision.txt")
 [ "$kept" = "$CAND" ] || kept=$BASE  # no verdict (the ab step cut off?) keeps the baseline
+# A candidate whose own tests failed (or did not finish) is not kept, however fast.
+summary=$(grep -E "^=* ?[0-9]+ [a-z]+.* in [0-9.]+s" "$OUT/tests_knob.log" 2>/dev/null | tail -n 1 | sed -E 's/^=+ //')
+if [ -n "${PYTEST_K:-}" ] && { ! [[ $summary =~ ^[0-9]+\ passed ]] || [[ $summary =~ failed|error ]]; }; then
+  echo "the knob's tests did not pass: keeping $BASE"
+  kept=$BASE
+fi
 echo "kept: $kept"
 IFS=+ read -ra assignments <<< "$kept"
 for a in "${assignments[@]}"; do export "${a?}"; done
