@@ -59,18 +59,18 @@ struct FwdRsTraits : WarpRoles<float> {
   static constexpr int kBufs = Bufs;                         // k-steps of fragments in flight
   static constexpr int kHalf = 64 * kMI;                     // time steps per consumer warpgroup
   static constexpr int kN = N;                               // output channels per tile (the image's tiles)
-  // Consumer warpgroups: two, the producer a warpgroup whose registers setmaxnreg hands to
-  // them; or four (rs_consumers()), each with one m64 row, more MMA chains to interleave,
-  // and the producer two warps, so that 576 threads fit the register file at 112 registers
-  // each without setmaxnreg (which moves registers by whole warpgroups).
+  // Consumer warpgroups: two, to which setmaxnreg hands the producer warpgroup's registers;
+  // or four (rs_consumers()), each with one m64 row and one k-step of fragments (kBufs = 1:
+  // each waits for its own group before loading the next fragments), so that four
+  // independent MMA chains interleave.  Five warpgroups leave 96 registers per thread (the
+  // register file is split over the four sub-partitions, five warps to some): no room for
+  // a second fragment buffer, and setmaxnreg cannot help, since ptxas allocates the whole
+  // kernel within the launch bound.
   static constexpr int kConsumers = C;
   static constexpr int kConsumerWarps = 4 * C;
-  static constexpr int kProducerThreads = C == 2 ? 128 : 64;
+  static constexpr int kProducerThreads = 128;
   static constexpr int kThreads = kProducerThreads + 128 * C;
   static constexpr bool kSetMaxNreg = C == 2;
-  // Registers per thread, the whole register file over the block's warps (one block per
-  // multiprocessor): ptxas's default for four consumer warpgroups would be 96.
-  static constexpr int kMaxRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kTile = kHalf * kConsumers;           // time steps per tile
   static constexpr int kCI = 32;                             // input channels per stage
   static constexpr int kKSteps = kCI / 8;
@@ -342,7 +342,9 @@ __device__ __forceinline__ void consume(const CUtensorMap& map_y, const ConvPara
           for (int mi = 0; mi < Tr::kMI; ++mi) Mma::run(acc[mi], a[mi], db + 2 * ks);  // 32 bytes of each weight row
           ptx::wgmma_commit();
           ptx::wgmma_wait<Tr::kBufs - 1>();  // group j - kBufs + 1 has retired: its fragments are free
-          if (ks == Tr::kBufs - 2) {  // that group was the previous tap's last: its slot and window are free
+          // Once the previous tap's last group has retired (with kBufs = 1 every group
+          // before this one has), its slot and window are free.
+          if (ks == (Tr::kBufs >= 2 ? Tr::kBufs - 2 : 0)) {
             if (lane == 0 && prev_w >= 0) release_slot(prev_w);
             if (lane == 0 && prev_r >= 0) ptx::mbar_arrive(sm.rawempty(prev_r));
             prev_r = -1;
@@ -413,7 +415,7 @@ __device__ __forceinline__ void consume(const CUtensorMap& map_y, const ConvPara
 #endif
 
 template <int MI, int Bufs, int N, int C>
-__global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N, C>::kThreads) __maxnreg__((FwdRsTraits<MI, Bufs, N, C>::kMaxRegs))
+__global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N, C>::kThreads, 1)
     fwd_rs_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y, ConvParams p,
                   FwdRsPlan pl) {
   using Tr = FwdRsTraits<MI, Bufs, N, C>;
@@ -586,7 +588,7 @@ void launch_time_tile(const ConvParams& p, int sms, cudaStream_t stream) {
   const int64_t cost128 = ceil_div(rs_tile_count(p, 128, N), sms) * (128 + 32);
   const bool deep = fragment_depth() == 4;
   if (cost256 <= cost128) {
-    if (rs_consumers() == 4) launch<1, 2, N, 4>(p, sms, stream);  // 256 steps as four m64 rows
+    if (rs_consumers() == 4) launch<1, 1, N, 4>(p, sms, stream);  // 256 steps as four m64 rows
     else deep ? launch<2, 4, N, 2>(p, sms, stream) : launch<2, 2, N, 2>(p, sms, stream);
   } else {
     deep ? launch<1, 4, N, 2>(p, sms, stream) : launch<1, 2, N, 2>(p, sms, stream);
