@@ -53,25 +53,13 @@ namespace causalconv {
 namespace tc {
 namespace {
 
-template <int MI, int Bufs, int N, int C = 2>
+template <int MI, int Bufs, int N>
 struct FwdRsTraits : WarpRoles<float> {
   static constexpr int kMI = MI;                             // m64 instructions per warpgroup and k-step
   static constexpr int kBufs = Bufs;                         // k-steps of fragments in flight
   static constexpr int kHalf = 64 * kMI;                     // time steps per consumer warpgroup
   static constexpr int kN = N;                               // output channels per tile (the image's tiles)
-  // Consumer warpgroups: two, to which setmaxnreg hands the producer warpgroup's registers;
-  // or four (rs_consumers()), each with one m64 row and one k-step of fragments (kBufs = 1:
-  // each waits for its own group before loading the next fragments), so that four
-  // independent MMA chains interleave.  Five warpgroups leave 96 registers per thread (the
-  // register file is split over the four sub-partitions, five warps to some): no room for
-  // a second fragment buffer, and setmaxnreg cannot help, since ptxas allocates the whole
-  // kernel within the launch bound.
-  static constexpr int kConsumers = C;
-  static constexpr int kConsumerWarps = 4 * C;
-  static constexpr int kProducerThreads = 128;
-  static constexpr int kThreads = kProducerThreads + 128 * C;
-  static constexpr bool kSetMaxNreg = C == 2;
-  static constexpr int kTile = kHalf * kConsumers;           // time steps per tile
+  static constexpr int kTile = kHalf * WarpRoles<float>::kConsumers;  // time steps per tile
   static constexpr int kCI = 32;                             // input channels per stage
   static constexpr int kKSteps = kCI / 8;
   static constexpr int kTapBytes = kN * 128;                 // one tap of the weight image
@@ -83,12 +71,10 @@ struct FwdRsTraits : WarpRoles<float> {
   // warp's rows of an instruction row) x 32 output channels, 64-byte rows; two per warp.
   static constexpr int kSliceSteps = 16, kSliceChannels = 32;
   static constexpr int kSliceBytes = kSliceChannels * kSliceSteps * 4;
-  static constexpr int kStageBufs = C == 2 ? 2 : 1;          // slice buffers per consumer warp
-  static constexpr int kStageBytes = kConsumerWarps * kStageBufs * kSliceBytes;
+  static constexpr int kStageBytes = WarpRoles<float>::kConsumerWarps * 2 * kSliceBytes;
   static_assert(kSliceSteps * 4 == 64, "a slice row is one 64-byte swizzle row");
   static_assert(kN % kSliceChannels == 0, "whole slices per output-channel tile");
-  static_assert(!kSetMaxNreg || kCopyRegs * 128 + kMmaRegs * 128 * C <= 65536, "the register file");
-  static_assert(C == 2 || C == 4, "two or four consumer warpgroups");
+  static_assert(kCopyRegs * 128 + kMmaRegs * 256 <= 65536, "the register file");
   static_assert(kKSteps % kBufs == 0, "a k-step's fragment buffer is its index mod kBufs in every tap");
 };
 
@@ -189,8 +175,8 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[Tr::kMI][Tr::k
     for (int mi = 0; mi < Tr::kMI; ++mi) {
       const int64_t ts = t_warp + 64 * mi;
       if (ts >= p.L) break;
-      const int buf = stores % Tr::kStageBufs;
-      if (lane == 0) ptx::bulk_wait_group_read<Tr::kStageBufs - 1>();
+      const int buf = stores & 1;
+      if (lane == 0) ptx::bulk_wait_group_read<1>();
       __syncwarp();
       uint8_t* stage = stage0_ptr + buf * Tr::kSliceBytes;
 #pragma unroll
@@ -257,8 +243,8 @@ __device__ __forceinline__ void produce(const CUtensorMap& map_x, const ConvPara
         ptx::mbar_wait(sm.rawempty(rr.idx), rr.phase ^ 1);
         const int64_t a0 = floor_div(t0 + static_cast<int64_t>(k0) * p.dilation + p.shift, 4) * 4;
         const uint32_t dst = sm.raw_base + rr.idx * pl.raw_bytes;
-        ptx::mbar_arrive_expect_tx(sm.rawfull(rr.idx), Tr::kConsumers * pl.half_bytes);
-        for (int h = 0; h < Tr::kConsumers; ++h)
+        ptx::mbar_arrive_expect_tx(sm.rawfull(rr.idx), 2 * pl.half_bytes);
+        for (int h = 0; h < 2; ++h)
           ptx::tma_load_3d(dst + h * pl.half_bytes, &map_x, static_cast<int>(a0 + h * Tr::kHalf),
                            g * p.cin_g + ic * Tr::kCI, b, sm.rawfull(rr.idx));
       }
@@ -284,8 +270,7 @@ template <class Tr>
 __device__ __forceinline__ void consume(const CUtensorMap& map_y, const ConvParams& p, const FwdRsPlan& pl,
                                         const RsSmem& sm, uint8_t* smem_raw, uint32_t raw0, uint32_t rank) {
   using Mma = wgmma::Mma<wgmma::Tf32, Tr::kN>;
-  const int ct = threadIdx.x - Tr::kProducerThreads;  // thread index among the consumers
-  const int cwarp = ct >> 5, lane = threadIdx.x & 31;
+  const int wg = threadIdx.x >> 7, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // A weight slot's release goes to both blocks of a pair: either block's next copy into it waits for both.
   auto release_slot = [&](int w) {
     ptx::mbar_arrive(sm.wempty(w));
@@ -293,7 +278,7 @@ __device__ __forceinline__ void consume(const CUtensorMap& map_y, const ConvPara
   };
   // Lane 4g + cl of warp q holds A rows (time) 64mi + 16q + g and + 8, columns (input
   // channels) 8ks + cl and + 4: byte offsets from the half's start below.
-  const int c = ct >> 7, q = cwarp & 3, gl = lane >> 2, cl = lane & 3;
+  const int c = wg - 1, q = warp & 3, gl = lane >> 2, cl = lane & 3;
   const uint32_t lane_off = static_cast<uint32_t>(cl * pl.window + 16 * q + gl) * 4u + c * pl.half_bytes;
   const uint32_t ch4 = static_cast<uint32_t>(4 * pl.window) * 4u;  // columns + 4: 4 channels on
   float acc[Tr::kMI][Tr::kN / 2];
@@ -301,7 +286,7 @@ __device__ __forceinline__ void consume(const CUtensorMap& map_y, const ConvPara
   Ring wr, rr;
   int prev_w = -1, prev_r = -1;  // in flight: the previous tap's weight slot; the raw buffer of the stage it ended
   int skew_left = c == 0 ? pl.skew : 0;  // as in fwd_tma.cu
-  const uint32_t stage0 = sm.staging + cwarp * Tr::kStageBufs * Tr::kSliceBytes;  // this warp's slice buffers
+  const uint32_t stage0 = sm.staging + (warp - 4) * 2 * Tr::kSliceBytes;  // this warp's two slice buffers
   uint32_t stores = 0;  // the warp's TMA stores so far: they alternate between its buffers
   if (c == 1 && pl.skew > 0) ptx::mbar_wait(sm.skew_bar(), 0);
   SegmentWalk walk(pl.sk);
@@ -342,9 +327,7 @@ __device__ __forceinline__ void consume(const CUtensorMap& map_y, const ConvPara
           for (int mi = 0; mi < Tr::kMI; ++mi) Mma::run(acc[mi], a[mi], db + 2 * ks);  // 32 bytes of each weight row
           ptx::wgmma_commit();
           ptx::wgmma_wait<Tr::kBufs - 1>();  // group j - kBufs + 1 has retired: its fragments are free
-          // Once the previous tap's last group has retired (with kBufs = 1 every group
-          // before this one has), its slot and window are free.
-          if (ks == (Tr::kBufs >= 2 ? Tr::kBufs - 2 : 0)) {
+          if (ks == Tr::kBufs - 2) {  // that group was the previous tap's last: its slot and window are free
             if (lane == 0 && prev_w >= 0) release_slot(prev_w);
             if (lane == 0 && prev_r >= 0) ptx::mbar_arrive(sm.rawempty(prev_r));
             prev_r = -1;
@@ -414,11 +397,11 @@ __device__ __forceinline__ void consume(const CUtensorMap& map_y, const ConvPara
 }
 #endif
 
-template <int MI, int Bufs, int N, int C>
-__global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N, C>::kThreads, 1)
+template <int MI, int Bufs, int N>
+__global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N>::kThreads, 1)
     fwd_rs_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y, ConvParams p,
                   FwdRsPlan pl) {
-  using Tr = FwdRsTraits<MI, Bufs, N, C>;
+  using Tr = FwdRsTraits<MI, Bufs, N>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
 #if CAUSALCONV_HAS_WGMMA
   const uint32_t raw0 = ptx::smem_addr(smem_raw);
@@ -447,12 +430,12 @@ __global__ void __launch_bounds__(FwdRsTraits<MI, Bufs, N, C>::kThreads, 1)
   if (pl.pair) ptx::cluster_sync();  // the other block's copies and arrivals find the barriers set up
   else __syncthreads();
 
-  if (threadIdx.x < Tr::kProducerThreads) {
-    if constexpr (Tr::kSetMaxNreg) ptx::setmaxnreg_dec<Tr::kCopyRegs>();
+  if (threadIdx.x < 128) {
+    ptx::setmaxnreg_dec<Tr::kCopyRegs>();
     const bool windows = threadIdx.x == 0, weights = threadIdx.x == (pl.split_feed ? 32 : 0);
     if (windows || weights) produce<Tr>(map_x, p, pl, sm, windows, weights, rank);
   } else {
-    if constexpr (Tr::kSetMaxNreg) ptx::setmaxnreg_inc<Tr::kMmaRegs>();
+    ptx::setmaxnreg_inc<Tr::kMmaRegs>();
     consume<Tr>(map_y, p, pl, sm, smem_raw, raw0, rank);
   }
   if (pl.pair) ptx::cluster_sync();  // no block leaves while the other may still arrive on its barriers
@@ -466,9 +449,9 @@ int64_t rs_tile_count(const ConvParams& p, int tile, int n) {
   return ceil_div(p.cout_g, n) * ceil_div(p.L, tile) * p.groups * p.B;
 }
 
-template <int MI, int Bufs, int N, int C>
+template <int MI, int Bufs, int N>
 FwdRsPlan make_plan(const ConvParams& p, int smem_limit, bool pair) {
-  using Tr = FwdRsTraits<MI, Bufs, N, C>;
+  using Tr = FwdRsTraits<MI, Bufs, N>;
   FwdRsPlan pl{};
   pl.n_ot = static_cast<int>(ceil_div(p.cout_g, Tr::kN));
   pl.n_ic = static_cast<int>(ceil_div(p.cin_g, Tr::kCI));
@@ -487,7 +470,7 @@ FwdRsPlan make_plan(const ConvParams& p, int smem_limit, bool pair) {
     const int64_t window = ceil_div(span - 8, 16) * 16 + 8;
     if (window > 256) continue;  // the TMA box limit: wide spans take fewer taps per stage
     const int half = static_cast<int>(Tr::kCI * window * 4);
-    const int raw = static_cast<int>(ceil_div(Tr::kConsumers * half, 1024) * 1024);
+    const int raw = static_cast<int>(ceil_div(2 * half, 1024) * 1024);
     const int slots = std::min(Tr::kMaxSlots, (avail - 2 * raw) / Tr::kTapBytes);
     if (slots < 2) continue;  // one tap retiring while the next runs
     pl.raws = 2;
@@ -516,19 +499,19 @@ FwdRsPlan make_plan(const ConvParams& p, int smem_limit, bool pair) {
   return pl;
 }
 
-template <int MI, int Bufs, int N, int C>
+template <int MI, int Bufs, int N>
 void launch(const ConvParams& p, int sms, cudaStream_t stream) {
-  using Tr = FwdRsTraits<MI, Bufs, N, C>;
+  using Tr = FwdRsTraits<MI, Bufs, N>;
   const int smem_limit = max_smem_optin();
   // Pairs of blocks sharing the weight copies walk whole tiles only (no Stream-K).
-  FwdRsPlan pl = make_plan<MI, Bufs, N, C>(p, smem_limit, rs_multicast() && stream_k_mode() == 0);
+  FwdRsPlan pl = make_plan<MI, Bufs, N>(p, smem_limit, rs_multicast() && stream_k_mode() == 0);
   CAUSALCONV_CHECK(pl.slots >= 2, "causalconv: no register-A forward pipeline fits dilation ", p.dilation);
   CAUSALCONV_CHECK(p.B <= INT32_MAX && p.C_in <= INT32_MAX && p.L + static_cast<int64_t>(p.K) * p.dilation <= INT32_MAX,
                    "causalconv: problem too large for 32-bit TMA coordinates");
   const size_t smem =
       static_cast<size_t>(pl.slots) * Tr::kTapBytes + static_cast<size_t>(pl.raws) * pl.raw_bytes + Tr::kBarrierBytes + 1024 +
       (pl.tma_store ? Tr::kStageBytes : 0);
-  auto kernel = fwd_rs_kernel<MI, Bufs, N, C>;
+  auto kernel = fwd_rs_kernel<MI, Bufs, N>;
   allow_max_smem<Tr>(kernel);  // one instantiation per traits type
   // The walkers: blocks, or with pairs clusters of two (as many as can be resident at once).
   int64_t walkers = std::min<int64_t>(pl.n_tiles, sms);
@@ -545,7 +528,7 @@ void launch(const ConvParams& p, int sms, cudaStream_t stream) {
     if (seen[dev].smem != smem) seen[dev] = {smem, max_active_clusters(kernel, 2, Tr::kThreads, smem)};
     const int clusters = seen[dev].clusters;
     if (clusters > 0) walkers = std::min<int64_t>(pl.n_tiles, clusters);
-    else pl = make_plan<MI, Bufs, N, C>(p, smem_limit, false);  // no cluster fits: single blocks, the same smem
+    else pl = make_plan<MI, Bufs, N>(p, smem_limit, false);  // no cluster fits: single blocks, the same smem
   }
   const int cluster = pl.pair ? 2 : 1;
   pl.sk = plan_stream_k(pl.n_tiles, pl.n_ic * p.K, walkers, Tr::kConsumers, Tr::kMI * Tr::kN / 2,
@@ -587,12 +570,8 @@ void launch_time_tile(const ConvParams& p, int sms, cudaStream_t stream) {
   const int64_t cost256 = ceil_div(rs_tile_count(p, 256, N), sms) * (256 + 32);
   const int64_t cost128 = ceil_div(rs_tile_count(p, 128, N), sms) * (128 + 32);
   const bool deep = fragment_depth() == 4;
-  if (cost256 <= cost128) {
-    if (rs_consumers() == 4) launch<1, 1, N, 4>(p, sms, stream);  // 256 steps as four m64 rows
-    else deep ? launch<2, 4, N, 2>(p, sms, stream) : launch<2, 2, N, 2>(p, sms, stream);
-  } else {
-    deep ? launch<1, 4, N, 2>(p, sms, stream) : launch<1, 2, N, 2>(p, sms, stream);
-  }
+  if (cost256 <= cost128) deep ? launch<2, 4, N>(p, sms, stream) : launch<2, 2, N>(p, sms, stream);
+  else deep ? launch<1, 4, N>(p, sms, stream) : launch<1, 2, N>(p, sms, stream);
 }
 
 }  // namespace

@@ -261,18 +261,6 @@ inline bool rs_tma_store() { return env_switch("CAUSALCONV_RS_TMA_STORE"); }
 // by energy per operation (NOTES v32).
 inline bool rs_multicast() { return env_switch("CAUSALCONV_RS_MULTICAST", false); }
 
-// Consumer warpgroups of the raw-window TF32 forward's 256-step tiles (fwd_rs.cu), from
-// CAUSALCONV_RS_CONSUMERS: 2 (the default: two m64 rows each) or 4 (one m64 row each, twice
-// the independent MMA chains per multiprocessor, for the fragment loads' latency to hide
-// behind; a knob until measured: NOTES v33).
-inline int rs_consumers() {
-  const char* v = std::getenv("CAUSALCONV_RS_CONSUMERS");
-  if (v == nullptr || *v == '\0') return 2;
-  CAUSALCONV_CHECK((v[0] == '2' || v[0] == '4') && v[1] == '\0', "causalconv: CAUSALCONV_RS_CONSUMERS must be 2 or 4, got '",
-                   v, "'");
-  return v[0] - '0';
-}
-
 // Taps the TMA forwards' consumer warpgroup 1 runs ahead of warpgroup 2 (fwd_tma.cu, fwd_rs.cu), from
 // CAUSALCONV_CONSUMER_SKEW, 0 (lockstep) by default: a knob for measuring whether
 // overlapping one warpgroup's epilogue with the other's MMAs pays.

@@ -32,7 +32,7 @@ cases = [  # B, C_in, C_out, groups, K, dilation, L
     # the 16-bit forward's 256-step tiles: raw windows of two TMA boxes, filled by three taps 100 apart
     (8, 64, 64, 1, 3, 100, 8192),
     # 128 channels in 96 tiles of 256 steps (on 132 SMs): the raw-window forward's 256-step
-    # tile at N = 128 (with CAUSALCONV_RS_CONSUMERS=4 as four consumer warpgroups)
+    # tile at N = 128
     (3, 128, 128, 1, 4, 1, 8192),
     # one wave of 128 x 256 tiles and a few more: with CAUSALCONV_STREAM_K=1 the raw-window
     # forward cuts nearly every tile in two (partial sums and flags in the scratch buffer);

@@ -335,17 +335,6 @@ def test_fp32_multicast_pairs(monkeypatch):
     _same_with_knob_off(monkeypatch, cases, 4001, "CAUSALCONV_RS_MULTICAST", "single blocks")
 
 
-def test_fp32_four_consumer_warpgroups(monkeypatch):
-    """The raw-window TF32 forward's 256-step tiles as four consumer warpgroups of one m64 row
-    each (CAUSALCONV_RS_CONSUMERS=4) against two of two rows (=2).  The shapes take the 256-step
-    tile on 132 multiprocessors (66 to 132 such tiles): 256 channels; two groups of 48 with a
-    partial input chunk and a partial last time tile; 64 channels (the narrow tile) with taps
-    512 apart; K=7 (stages of four and three taps); Stream-K segments (mode 2)."""
-    cases = ((2, 256, 256, 4, 1, 1, 8192, "0"), (5, 96, 96, 3, 2, 2, 3000, "0"), (8, 64, 64, 2, 512, 1, 4096, "0"),
-             (4, 128, 128, 7, 4, 2, 4096, "0"), (2, 256, 256, 4, 1, 1, 8192, "2"))
-    _same_with_knob_off(monkeypatch, cases, 4101, "CAUSALCONV_RS_CONSUMERS", "two consumer warpgroups", "4", "2")
-
-
 @pytest.mark.parametrize("c_in,c_out,groups", [(3, 5, 1), (96, 160, 1), (257, 257, 1), (16, 16, 1), (64, 64, 64),
                                                (256, 512, 2), (48, 48, 16)])
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
