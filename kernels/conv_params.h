@@ -20,7 +20,7 @@ enum class Precision : int {
 
 struct ConvParams {
   const void* x = nullptr;     // (B, C_in, L), strides below
-  const void* w = nullptr;     // (C_out, cin_g, K), contiguous
+  const void* w = nullptr;     // (C_out, cin_g, K), contiguous; see w_transposed
   const void* bias = nullptr;  // (C_out) or null
   void* y = nullptr;           // (B, C_out, L), strides below, unit stride along L
 
@@ -31,6 +31,13 @@ struct ConvParams {
   int groups = 1, cin_g = 0, cout_g = 0, K = 1, dilation = 1;
   int shift = 0;
   Precision precision = Precision::kNative;
+
+  // The input gradient's weights without a copy: p.w then holds the forward's weight,
+  // contiguous (groups * cin_g, cout_g, K), and the launch multiplies by it transposed per
+  // group and tap-reversed, w[g*cout_g + o, i, k] = p.w[g*cin_g + i, o, K-1-k].  Only the
+  // kernels that read the weights through the weight image (weight_image.cuh) accept it;
+  // the dispatcher hands the others a materialized copy.
+  bool w_transposed = false;
 
   // The TMA forward's input-channel split (fwd_tma.cu): csplits blocks share each tile, each
   // over its own run of input-channel chunks, and store fp32 partial sums, laid out as y is,

@@ -139,7 +139,9 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
   return c;
 }
 
-void check_common(const at::Tensor& x, const at::Tensor& w, int64_t dilation, int64_t groups) {
+// `transposed`: w is the forward's weight of an input gradient, whose x (dy) has the
+// forward's C_out channels (ConvParams::w_transposed).
+void check_common(const at::Tensor& x, const at::Tensor& w, int64_t dilation, int64_t groups, bool transposed = false) {
   CAUSALCONV_CHECK(x.is_cuda() && w.is_cuda(), "causalconv: CUDA tensors expected");
   CAUSALCONV_CHECK(x.dim() == 3, "causalconv: x must be (B, C, L), got ", x.sizes());
   CAUSALCONV_CHECK(w.dim() == 3, "causalconv: weight must be (C_out, C_in/groups, K), got ", w.sizes());
@@ -147,8 +149,8 @@ void check_common(const at::Tensor& x, const at::Tensor& w, int64_t dilation, in
                    w.scalar_type());
   CAUSALCONV_CHECK(x.get_device() == w.get_device(), "causalconv: x and weight are on different devices");
   CAUSALCONV_CHECK(dilation >= 1 && groups >= 1, "causalconv: dilation and groups must be >= 1");
-  CAUSALCONV_CHECK(x.size(1) == w.size(1) * groups, "causalconv: x has ", x.size(1), " channels, weight expects ",
-                   w.size(1) * groups);
+  const int64_t channels = transposed ? w.size(0) : w.size(1) * groups;
+  CAUSALCONV_CHECK(x.size(1) == channels, "causalconv: x has ", x.size(1), " channels, weight expects ", channels);
   CAUSALCONV_CHECK(w.size(0) % groups == 0, "causalconv: C_out ", w.size(0), " not divisible by groups ", groups);
   CAUSALCONV_CHECK(w.size(2) >= 1, "causalconv: kernel size must be >= 1");
   CAUSALCONV_CHECK((w.size(2) - 1) * dilation <= INT32_MAX / 2, "causalconv: (K-1)*dilation too large");
@@ -164,16 +166,27 @@ void check_common(const at::Tensor& x, const at::Tensor& w, int64_t dilation, in
 // backward 0.061 -> 0.064 ms with them launched early).
 enum class Neighbours { kNone, kOtherStream };
 
+// Whether the input gradient's tensor-core kernels read the forward's weight transposed while
+// writing their image (ConvParams::w_transposed): yes unless CAUSALCONV_TRANSPOSED_IMAGE=0,
+// which writes the transposed copy first, as before v34 (the same image, bit for bit: the
+// knob times the launch it saves).
+bool transposed_image_enabled() { return env_switch("CAUSALCONV_TRANSPOSED_IMAGE"); }
+
 // Forward-style launch: y[b, o, t] = bias + sum w[o, i, k] * x[b, i, t + k*dilation + shift].
+// For the input gradient (is_input_grad) w_in is the forward's weight and the launch's w its
+// per-group transpose, tap-reversed (ConvParams::w_transposed): the kernels that read the
+// weight image take it as it is, and the others a copy written here.
 at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10::optional<at::Tensor>& bias,
                        int64_t dilation, int64_t groups, int64_t shift, Precision prec, bool is_input_grad,
                        Neighbours neighbours = Neighbours::kNone) {
   at::Tensor x = x_in;
   const at::Tensor w = w_in.contiguous();
-  const int64_t B = x.size(0), C_in = x.size(1), L = x.size(2), C_out = w.size(0), K = w.size(2);
+  const int64_t B = x.size(0), C_in = x.size(1), L = x.size(2), K = w.size(2);
+  const int64_t C_out = is_input_grad ? w.size(1) * groups : w.size(0);
   at::Tensor y = at::empty({B, C_out, L}, x.options());
   if (y.numel() == 0) return y;
   poison(y);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
 
   ConvParams p;
   p.B = B;
@@ -196,7 +209,18 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
   p.sx_b = x.stride(0);
   p.sx_c = x.stride(1);
   p.sx_t = x.stride(2);
-  p.w = w.data_ptr();
+  // Only the tensor-core families read the weights through the image.
+  const bool reads_image = c.kind == KernelKind::kFwdWgmma || c.kind == KernelKind::kFwdMma;
+  at::Tensor w_copy;
+  if (is_input_grad && !(reads_image && transposed_image_enabled())) {
+    w_copy = at::empty({C_out, p.cin_g, K}, w.options());
+    launch_weight_flip(w.data_ptr(), w_copy.data_ptr(), groups, p.cin_g, p.cout_g, static_cast<int>(K),
+                       w.element_size(), stream);
+    p.w = w_copy.data_ptr();
+  } else {
+    p.w = w.data_ptr();
+    p.w_transposed = is_input_grad;
+  }
   at::Tensor b_c;
   if (bias.has_value() && bias->defined()) {
     b_c = bias->contiguous();
@@ -206,7 +230,6 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
   p.sy_b = y.stride(0);
   p.sy_c = y.stride(1);
 
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const auto dtype = x.scalar_type();
   switch (c.kind) {
     case KernelKind::kFwdDepthwise: launch_fwd_depthwise(p, dtype, stream); break;
@@ -284,34 +307,33 @@ namespace {
 
 at::Tensor input_grad_beside(const at::Tensor& dy, const at::Tensor& weight, int64_t dilation, int64_t groups,
                              int64_t precision, Neighbours neighbours) {
-  CAUSALCONV_CHECK(dy.dim() == 3 && dy.size(1) == weight.size(0), "causalconv: grad_output must be (B, C_out, L)");
+  CAUSALCONV_CHECK(dy.dim() == 3 && weight.dim() == 3 && dy.size(1) == weight.size(0),
+                   "causalconv: grad_output must be (B, C_out, L) for a (C_out, C_in/groups, K) weight, got ",
+                   dy.sizes(), " and ", weight.sizes());
+  check_common(dy, weight, dilation, groups, true);
   const c10::cuda::CUDAGuard guard(dy.device());
   // dx[b, i, t] = sum_{o, k} w[o, i, K-1-k] * dy[b, o, t + k*dilation]: the forward
   // kernels on dy with per-group transposed, tap-reversed weights and no left shift.
-  const int64_t C_out = weight.size(0), cin_g = weight.size(1), K = weight.size(2), cout_g = C_out / groups;
-  CAUSALCONV_CHECK(weight.dim() == 3 && weight.device() == dy.device() && weight.scalar_type() == dy.scalar_type(),
-                   "causalconv: weight must be a (C_out, C_in/groups, K) tensor on grad_output's device and of its dtype; "
-                   "got ", weight.sizes(), " ", weight.scalar_type(), " on ", weight.device(), " against grad_output ",
-                   dy.scalar_type(), " on ", dy.device());
-  const at::Tensor w = weight.contiguous();
-  at::Tensor wt = at::empty({groups * cin_g, cout_g, K}, w.options());
-  launch_weight_flip(w.data_ptr(), wt.data_ptr(), groups, static_cast<int>(cout_g), static_cast<int>(cin_g),
-                     static_cast<int>(K), w.element_size(), c10::cuda::getCurrentCUDAStream().stream());
-  check_common(dy, wt, dilation, groups);
-  return run_forward(dy, wt, c10::nullopt, dilation, groups, 0, resolve(dy.scalar_type(), precision), true,
+  return run_forward(dy, weight, c10::nullopt, dilation, groups, 0, resolve(dy.scalar_type(), precision), true,
                      neighbours);
 }
 
+// dw: the output, when the caller allocates it (on its own stream, beside which this runs),
+// else undefined.
 at::Tensor weight_grad_beside(const at::Tensor& dy_in, const at::Tensor& x_in, int64_t K, int64_t dilation,
-                              int64_t groups, int64_t precision, Neighbours neighbours) {
+                              int64_t groups, int64_t precision, Neighbours neighbours, at::Tensor dw = {}) {
   CAUSALCONV_CHECK(dy_in.is_cuda() && x_in.is_cuda() && dy_in.dim() == 3 && x_in.dim() == 3,
                    "causalconv: weight_grad needs CUDA (B, C, L) tensors");
   CAUSALCONV_CHECK(dy_in.scalar_type() == x_in.scalar_type(), "causalconv: grad_output and x dtypes differ");
+  CAUSALCONV_CHECK(groups >= 1 && x_in.size(1) % groups == 0 && dy_in.size(1) % groups == 0 && K >= 1 && dilation >= 1,
+                   "causalconv: weight_grad needs groups >= 1 dividing both channel counts (x ", x_in.size(1),
+                   ", grad_output ", dy_in.size(1), ", groups ", groups, "), K >= 1 and dilation >= 1; got K ", K,
+                   ", dilation ", dilation);
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
   const int64_t B = x.size(0), C_in = x.size(1), L = x.size(2), C_out = dy.size(1);
   const auto dtype = x.scalar_type();
-  at::Tensor dw = at::empty({C_out, C_in / groups, K}, x.options());
+  if (!dw.defined()) dw = at::empty({C_out, C_in / groups, K}, x.options());
   if (B == 0 || L == 0) return dw.zero_();
 
   WgradParams p;
@@ -388,10 +410,11 @@ namespace {
 // default, or 0: the knob that times the small rows with the gradients one after another).
 bool backward_streams_enabled() { return env_switch("CAUSALCONV_BACKWARD_STREAMS"); }
 
-// A small backward is five short launches in a row (weight flip, weight image, the input
-// gradient's forward; weight gradient, reduction), each on a few multiprocessors while the
-// rest idle, so the weight gradient's chain runs on a second stream beside the input
-// gradient's.  The second stream costs ~10-15 us of host time per call, so it pays only
+// A small backward is four short launches in a row (weight image, the input gradient's
+// forward; weight gradient, reduction), each on a few multiprocessors while the rest idle,
+// so the weight gradient's chain runs on a second stream beside the input gradient's.  The
+// second stream cost ~10-15 us of host time per call when measured (with a weight-flip
+// launch more, and two events created and destroyed per call: NOTES v34), so it pays only
 // where the kernels are long enough to hide it.  Measured on an H100 (scripts/bwd_overhead.py,
 // both settings in one process, NOTES v20): 3x96->160 K5 L1000 (2^27.8 multiply-adds per
 // gradient) 59 -> 49 us in bf16, 68 -> 61 us in fp32; 1x256->256 K4 L64 (2^24) 48-55 -> 63-71
@@ -407,6 +430,29 @@ bool overlap_gradients(const at::Tensor& x, const at::Tensor& weight) {
   return status == cudaStreamCaptureStatusNone;
 }
 
+// The two events that fork the side stream from the caller's and join it back, made once
+// per host thread and device rather than created and destroyed on every call (four driver
+// calls fewer per small backward).  Reusing an event is safe: a stream wait captures the
+// event's record as of the wait's enqueueing, and one thread's calls enqueue in turn.
+struct JoinEvents {
+  cudaEvent_t fork = nullptr, join = nullptr;
+  ~JoinEvents() {  // errors ignored: at exit the runtime may already be gone
+    if (fork != nullptr) (void)cudaEventDestroy(fork);
+    if (join != nullptr) (void)cudaEventDestroy(join);
+  }
+};
+
+const JoinEvents& join_events(int device) {
+  thread_local JoinEvents per_device[64];
+  CAUSALCONV_CHECK(device >= 0 && device < 64, "causalconv: device index ", device, " out of range");
+  JoinEvents& e = per_device[device];
+  if (e.fork == nullptr) {  // on `device`: the caller's device guard is set
+    CAUSALCONV_CUDA_CHECK(cudaEventCreateWithFlags(&e.fork, cudaEventDisableTiming));
+    CAUSALCONV_CUDA_CHECK(cudaEventCreateWithFlags(&e.join, cudaEventDisableTiming));
+  }
+  return e;
+}
+
 }  // namespace
 
 std::vector<at::Tensor> backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& weight, int64_t dilation,
@@ -414,6 +460,8 @@ std::vector<at::Tensor> backward(const at::Tensor& dy, const at::Tensor& x, cons
   CAUSALCONV_CHECK(dy.is_cuda() && x.is_cuda() && weight.is_cuda() && dy.dim() == 3 && x.dim() == 3 &&
                        weight.dim() == 3,
                    "causalconv: backward needs CUDA (B, C, L) tensors and a (C_out, C_in/groups, K) weight");
+  CAUSALCONV_CHECK(groups >= 1 && x.size(1) % groups == 0,
+                   "causalconv: groups must be >= 1 and divide x's channels (", x.size(1), "), got ", groups);
   const c10::cuda::CUDAGuard guard(dy.device());
   const int64_t K = weight.size(2);
   if (!overlap_gradients(x, weight))
@@ -422,24 +470,21 @@ std::vector<at::Tensor> backward(const at::Tensor& dy, const at::Tensor& x, cons
   const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, dy.device().index());
   // The side stream starts after everything already enqueued on the caller's stream (which
   // produced dy and x), and the caller's stream goes on only after the side stream's work.
-  // (An event may be destroyed once its waits are enqueued.)
-  const auto order = [](cudaStream_t first, cudaStream_t then) {
-    cudaEvent_t e;
-    CAUSALCONV_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  const JoinEvents& events = join_events(dy.device().index());
+  const auto order = [](cudaEvent_t e, cudaStream_t first, cudaStream_t then) {
     CAUSALCONV_CUDA_CHECK(cudaEventRecord(e, first));
     CAUSALCONV_CUDA_CHECK(cudaStreamWaitEvent(then, e, 0));
-    CAUSALCONV_CUDA_CHECK(cudaEventDestroy(e));
   };
-  order(main.stream(), side.stream());
-  at::Tensor dw;
+  order(events.fork, main.stream(), side.stream());
+  // dw is allocated on the caller's stream, which uses it only after the join below, so the
+  // caching allocator needs no record_stream (an event per freed block) to reuse it safely.
+  at::Tensor dw = at::empty({dy.size(1), x.size(1) / groups, K}, x.options());
   {
     const c10::cuda::CUDAStreamGuard on_side(side);
-    dw = weight_grad_beside(dy, x, K, dilation, groups, precision, Neighbours::kOtherStream);
+    weight_grad_beside(dy, x, K, dilation, groups, precision, Neighbours::kOtherStream, dw);
   }
   at::Tensor dx = input_grad_beside(dy, weight, dilation, groups, precision, Neighbours::kOtherStream);
-  order(side.stream(), main.stream());
-  // dw was allocated on the side stream; the caller uses it on its own.
-  dw.record_stream(main);
+  order(events.join, side.stream(), main.stream());
   return {dx, dw};
 }
 

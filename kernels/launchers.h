@@ -60,8 +60,8 @@ void launch_wgrad_rs(const WgradParams& p, at::ScalarType dtype, int sm_count, c
 // of K7 d4 measured 12% faster, the default problem 1% (NOTES v30 measured).
 bool wgrad_rs_tap_major();
 // The same for wgrad_tc.cu (the 16-bit weight gradient, and fp32 forced onto it), whose
-// stores scatter over ~32 sectors per warp instruction in dw's layout and 8 tap-major:
-// CAUSALCONV_WGRAD_TC_TAP_MAJOR=1, off until measured (NOTES v31).
+// stores scatter over ~32 sectors per warp instruction in dw's layout and 8 tap-major: yes
+// unless CAUSALCONV_WGRAD_TC_TAP_MAJOR=0 (NOTES v31 measured).
 bool wgrad_tc_tap_major();
 // out[e] = sum over s < splits, in order, of ws[s * n + e], cast to dtype (split_reduce.cu);
 // with tap_k > 0 the slices are laid out [tap_k][n / tap_k] and out [n / tap_k][tap_k]
@@ -71,7 +71,8 @@ void launch_split_reduce(const float* ws, void* out, int64_t n, int splits, at::
                          bool as_dependent, int tap_k = 0);
 
 // The input gradient's weights, wt[g*cin_g + i, o, k] = w[g*cout_g + o, i, K-1-k], both
-// contiguous, elements of 2 or 4 bytes (weight_flip.cu).
+// contiguous, elements of 2 or 4 bytes (weight_flip.cu): for the kernels that read weights
+// directly; the tensor-core ones read w so while writing their image (ConvParams::w_transposed).
 void launch_weight_flip(const void* w, void* wt, int64_t groups, int cout_g, int cin_g, int K, int64_t elem_size,
                         cudaStream_t stream);
 

@@ -17,7 +17,7 @@ namespace tc {
 
 template <typename T, Precision P, int BN>
 __global__ void weight_image_kernel(const T* __restrict__ w, T* __restrict__ hi, T* __restrict__ lo, int cout_g,
-                                    int cin_g, int K, int n_ot, int n_ic, int64_t total) {
+                                    int cin_g, int K, int n_ot, int n_ic, int64_t total, bool transposed) {
   constexpr int kCI = kRowElems<T>, kV = kChunkElems<T>;
   ptx::griddep_launch_dependents();  // the forward after it may start its prologue (launch_dependent)
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
@@ -37,7 +37,10 @@ __global__ void weight_image_kernel(const T* __restrict__ w, T* __restrict__ hi,
     const int ci = ic * kCI + chunk * kV + pos % kV;
     const int og = ot * BN + o;
     const bool ok = og < cout_g && ci < cin_g;
-    const T v = ok ? w[((g * cout_g + og) * cin_g + ci) * K + k] : from_float<T>(0.f);
+    // transposed: the input gradient's weights read from the forward's (ConvParams::w_transposed)
+    const int64_t src = transposed ? ((g * cin_g + ci) * cout_g + og) * K + (K - 1 - k)
+                                   : ((g * cout_g + og) * cin_g + ci) * K + k;
+    const T v = ok ? w[src] : from_float<T>(0.f);
     if constexpr (P == Precision::kNative) {
       hi[e] = v;
     } else {
@@ -56,9 +59,10 @@ int64_t weight_image_elems(const ConvParams& p) {
          kRowElems<T>;
 }
 
-// Writes the image of p.w into hi (and lo for the 3xTF32 split) on `stream`.  A normal
-// launch, on purpose: everything enqueued before it has then completed when it starts, so
-// the forward launched as its dependent may read x before its griddep_wait.
+// Writes the image of p.w (read as ConvParams::w_transposed says) into hi (and lo for the
+// 3xTF32 split) on `stream`.  A normal launch, on purpose: everything enqueued before it
+// has then completed when it starts, so the forward launched as its dependent may read x
+// before its griddep_wait.
 template <typename T, Precision P, int BN>
 void write_weight_image(const ConvParams& p, T* hi, T* lo, cudaStream_t stream) {
   const int64_t total = weight_image_elems<T, BN>(p);
@@ -66,7 +70,7 @@ void write_weight_image(const ConvParams& p, T* hi, T* lo, cudaStream_t stream) 
   const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(total, threads), 4096));
   weight_image_kernel<T, P, BN><<<blocks, threads, 0, stream>>>(
       static_cast<const T*>(p.w), hi, lo, p.cout_g, p.cin_g, p.K, static_cast<int>(ceil_div(p.cout_g, BN)),
-      static_cast<int>(ceil_div(p.cin_g, kRowElems<T>)), total);
+      static_cast<int>(ceil_div(p.cin_g, kRowElems<T>)), total, p.w_transposed);
   CAUSALCONV_CHECK_LAUNCH("weight_image");
 }
 

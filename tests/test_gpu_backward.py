@@ -23,12 +23,18 @@ def _grads(x, w, b, gy, dilation, groups, precision):
     return grads
 
 
-def _check(c_in, c_out, groups, k, dilation, length, dtype, precision, bias, layout, seed, label):
-    x = make_x((2, c_in, length), dtype, DEV, layout, seed)
+def _problem(b, c_in, c_out, groups, k, length, dtype, seed, layout="contiguous"):
+    """Fresh random x, weight (scaled to unit-variance outputs) and grad_output on the GPU."""
+    x = make_x((b, c_in, length), dtype, DEV, layout, seed)
     g = torch.Generator().manual_seed(seed)
     w = (torch.randn(c_out, c_in // groups, k, generator=g) / (c_in // groups * k) ** 0.5).to(DEV, dtype)
+    gy = torch.randn(b, c_out, length, generator=g).to(DEV, dtype)
+    return x, w, gy, g
+
+
+def _check(c_in, c_out, groups, k, dilation, length, dtype, precision, bias, layout, seed, label):
+    x, w, gy, g = _problem(2, c_in, c_out, groups, k, length, dtype, seed, layout)
     b = torch.randn(c_out, generator=g).to(DEV, dtype) if bias else None
-    gy = torch.randn(2, c_out, length, generator=g).to(DEV, dtype)
     got = _grads(x, w, b, gy, dilation, groups, precision)
     exact = exact_grads(x, w, b, gy, dilation, groups, precision)
     for name, a, e in zip(("dx", "dw", "db"), got, exact):
@@ -94,6 +100,37 @@ def test_long_or_dilated_weight_gradient_runs_on_tensor_cores(k, dilation, kerne
     assert n["wgrad_wgmma"] == 1 and n["wgrad_generic"] == 0, n
     exact = exact_grads(x, w, None, gy, dilation, 1, "tf32")[1]
     assert_close(dw, exact, torch.float32, "tf32", "dw", label=f"{kernel} K={k} d={dilation}")
+
+
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("kernel", ["generic", "mma", "wgmma", "wgmma-ra", "wgmma-window"])
+def test_input_gradient_on_every_forward_family(dtype, precision, kernel, monkeypatch):
+    """The input gradient runs the forward's kernels on dy with the weights transposed per
+    group and tap-reversed: the tensor-core families read them so from the forward's weight
+    while writing their weight image, the others from a copy.  Uneven channel counts (past a
+    tile, past a group), several taps and dilations, each family forced; bitwise what the
+    transposed copy gives (CAUSALCONV_TRANSPOSED_IMAGE=0), within float64's tolerance."""
+    if kernel.startswith("wgmma") and not ext().has_wgmma():
+        pytest.skip("wgmma needs an sm_90 GPU")
+    if kernel == "mma" and torch.cuda.get_device_capability()[0] < 8:
+        pytest.skip("mma.sync needs compute capability 8.0")
+    cases = ((2, 96, 160, 1, 5, 3, 1000), (2, 64, 48, 2, 4, 1, 264), (1, 64, 96, 2, 3, 2, 72),
+             (2, 257, 33, 1, 2, 7, 128), (1, 32, 32, 1, 1, 1, 16))
+    with forced_kernel(kernel):
+        for seed, (b, c_in, c_out, groups, k, dilation, length) in enumerate(cases, 5300):
+            x, w, gy, _ = _problem(b, c_in, c_out, groups, k, length, dtype, seed)
+            xg = x.detach().requires_grad_(True)
+            label = f"{kernel} {b}x{c_in}->{c_out} g={groups} K={k} d={dilation} L={length}"
+            dx = {}
+            for knob in ("1", "0"):
+                monkeypatch.setenv("CAUSALCONV_TRANSPOSED_IMAGE", knob)
+                with count_launches() as n, poisoned_outputs():
+                    y = causal_conv1d(xg, w, None, dilation, groups, precision)
+                    dx[knob] = torch.autograd.grad(y, [xg], gy)[0]
+                assert n["input_grad"] == 1, n
+            assert torch.equal(dx["1"], dx["0"]), f"{label}: differs from the transposed copy's"
+            exact = exact_grads(x, w, None, gy, dilation, groups, precision)[0]
+            assert_close(dx["1"], exact, dtype, precision, "dx", terms=c_out // groups * k, label=label)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -397,10 +434,7 @@ def test_tap_major_weight_gradient_slices(knob, kernel, dtype, monkeypatch):
     precision = "tf32" if dtype == torch.float32 else "auto"
     with forced_kernel(kernel):
         for seed, (b, c_in, c_out, groups, k, dilation, length) in enumerate(cases, 6100):
-            x = make_x((b, c_in, length), dtype, DEV, "contiguous", seed)
-            g = torch.Generator().manual_seed(seed)
-            w = (torch.randn(c_out, c_in // groups, k, generator=g) / (c_in // groups * k) ** 0.5).to(DEV, dtype)
-            gy = torch.randn(b, c_out, length, generator=g).to(DEV, dtype)
+            x, w, gy, _ = _problem(b, c_in, c_out, groups, k, length, dtype, seed)
             got = {}
             for tap_major in ("1", "0"):
                 monkeypatch.setenv(knob, tap_major)
