@@ -34,7 +34,8 @@ GRID = [
     (1, 256, 256, 4, 1, 64),
 ]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-KERNEL_NAMES = ["generic", "depthwise", "wgmma", "mma", "input_grad", "wgrad_generic", "wgrad_wgmma"]
+KERNEL_NAMES = ["generic", "depthwise", "wgmma", "mma", "input_grad", "wgrad_generic", "wgrad_wgmma",
+                "wgrad_depthwise"]
 
 
 @dataclass

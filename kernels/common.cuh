@@ -104,4 +104,35 @@ __host__ __device__ __forceinline__ int64_t floor_div(int64_t a, int64_t b) {
 
 __host__ __device__ __forceinline__ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The one place a CUDA-core weight-gradient kernel's run-time taps per block (1 to 8) becomes
+// its template parameter, so that its loops hold only the taps there are:
+// f(std::integral_constant<int, taps>{}).
+template <typename F>
+void with_tap_group(int taps, const char* kernel, F&& f) {
+  switch (taps) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default:
+      CAUSALCONV_CHECK(taps == 8, "causalconv: ", kernel, ": tap group of ", taps, " taps");
+      return f(std::integral_constant<int, 8>{});
+  }
+}
+
+// The one place a tensor's dtype becomes a launcher's element type: f(T{}) for float,
+// __half or __nv_bfloat16, an error naming `kernel` for any other.
+template <typename F>
+void with_element_type(c10::ScalarType dtype, const char* kernel, F&& f) {
+  switch (dtype) {
+    case c10::ScalarType::Float: return f(float{});
+    case c10::ScalarType::Half: return f(__half{});
+    case c10::ScalarType::BFloat16: return f(__nv_bfloat16{});
+    default: CAUSALCONV_CHECK(false, "causalconv: ", kernel, " supports float32, float16, bfloat16; got ", dtype);
+  }
+}
+
 }  // namespace causalconv

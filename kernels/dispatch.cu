@@ -141,7 +141,8 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
 
 // `transposed`: w is the forward's weight of an input gradient, whose x (dy) has the
 // forward's C_out channels (ConvParams::w_transposed).
-void check_common(const at::Tensor& x, const at::Tensor& w, int64_t dilation, int64_t groups, bool transposed = false) {
+void check_common(const at::Tensor& x, const at::Tensor& w, int64_t dilation, int64_t groups,
+                  bool transposed = false) {
   CAUSALCONV_CHECK(x.is_cuda() && w.is_cuda(), "causalconv: CUDA tensors expected");
   CAUSALCONV_CHECK(x.dim() == 3, "causalconv: x must be (B, C, L), got ", x.sizes());
   CAUSALCONV_CHECK(w.dim() == 3, "causalconv: weight must be (C_out, C_in/groups, K), got ", w.sizes());
@@ -364,8 +365,14 @@ at::Tensor weight_grad_beside(const at::Tensor& dy_in, const at::Tensor& x_in, i
   // every shape timed (scripts/ab_knobs.sh, 2026-12-05; NOTES v18).  'wgmma' forces the latter.
   const bool rs = tc && (forced == KernelChoice::kAuto || forced == KernelChoice::kWgmmaWindow) &&
                   wgrad_rs_supports(p, dtype);
+  // One input channel per group on CUDA cores: the depthwise kernel, unless 'generic' forces
+  // the dense one.
+  const bool depthwise = !tc && p.cin_g == 1 && forced != KernelChoice::kGeneric;
   const int sms = sm_count();
-  p.splits = rs ? wgrad_rs_splits(p, sms) : tc ? wgrad_tc_splits(p, dtype, sms) : wgrad_generic_splits(p, sms);
+  p.splits = rs          ? wgrad_rs_splits(p, sms)
+             : tc        ? wgrad_tc_splits(p, dtype, sms)
+             : depthwise ? wgrad_depthwise_splits(p, sms)
+                         : wgrad_generic_splits(p, sms);
   p.tap_major = rs ? wgrad_rs_tap_major() : tc && wgrad_tc_tap_major();
   const int64_t n = dw.numel();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
@@ -383,6 +390,9 @@ at::Tensor weight_grad_beside(const at::Tensor& dy_in, const at::Tensor& x_in, i
   } else if (tc) {
     launch_wgrad_tc(p, dtype, sms, stream);
     count(KernelKind::kWgradWgmma);
+  } else if (depthwise) {
+    launch_wgrad_depthwise(p, dtype, sms, stream);
+    count(KernelKind::kWgradDepthwise);
   } else {
     launch_wgrad_generic(p, dtype, sms, stream);
     count(KernelKind::kWgradGeneric);

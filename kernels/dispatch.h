@@ -20,8 +20,9 @@ enum class KernelKind : int {
   kInputGrad,  // counted in addition to the forward kernel that computed it
   kWgradGeneric,
   kWgradWgmma,
+  kWgradDepthwise,
 };
-constexpr int kNumKernelKinds = 7;
+constexpr int kNumKernelKinds = 8;
 
 // A test/benchmark override of the automatic choice.
 // kWgmma runs the TMA kernel where it applies; kWgmmaRegisterA the wgmma kernel that

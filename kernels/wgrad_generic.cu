@@ -158,23 +158,6 @@ void launch_taps(const WgradParams& p, const Plan& pl, cudaStream_t stream) {
   CAUSALCONV_CHECK_LAUNCH("conv_wgrad_generic");
 }
 
-// The one place the plan's taps per group becomes a kernel template.
-template <typename T>
-void launch_typed(const WgradParams& p, const Plan& pl, cudaStream_t stream) {
-  switch (pl.kg) {
-    case 1: return launch_taps<T, 1>(p, pl, stream);
-    case 2: return launch_taps<T, 2>(p, pl, stream);
-    case 3: return launch_taps<T, 3>(p, pl, stream);
-    case 4: return launch_taps<T, 4>(p, pl, stream);
-    case 5: return launch_taps<T, 5>(p, pl, stream);
-    case 6: return launch_taps<T, 6>(p, pl, stream);
-    case 7: return launch_taps<T, 7>(p, pl, stream);
-    default:
-      CAUSALCONV_CHECK(pl.kg == kMaxTaps, "causalconv: weight-gradient tap group of ", pl.kg, " taps");
-      return launch_taps<T, kMaxTaps>(p, pl, stream);
-  }
-}
-
 }  // namespace
 
 int wgrad_generic_splits(const WgradParams& p, int sm_count) { return make_plan(p, sm_count).splits; }
@@ -182,12 +165,12 @@ int wgrad_generic_splits(const WgradParams& p, int sm_count) { return make_plan(
 void launch_wgrad_generic(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream) {
   const Plan pl = make_plan(p, sm_count);
   CAUSALCONV_CHECK(p.splits == pl.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ", pl.splits);
-  switch (dtype) {
-    case at::kFloat: return launch_typed<float>(p, pl, stream);
-    case at::kHalf: return launch_typed<__half>(p, pl, stream);
-    case at::kBFloat16: return launch_typed<__nv_bfloat16>(p, pl, stream);
-    default: CAUSALCONV_CHECK(false, "causalconv: weight gradient supports float32, float16, bfloat16; got ", dtype);
-  }
+  static_assert(kMaxTaps == 8, "with_tap_group maps 1 to 8 taps");
+  with_element_type(dtype, "the CUDA-core weight gradient", [&](auto elem) {
+    using T = decltype(elem);
+    with_tap_group(pl.kg, "the CUDA-core weight gradient",
+                   [&](auto taps) { launch_taps<T, decltype(taps)::value>(p, pl, stream); });
+  });
 }
 
 }  // namespace causalconv

@@ -9,7 +9,7 @@
 # power meanwhile; scripts/pick_setting.py keeps CAND only if it beat BASE by 1% on the
 # default problem (or DECIDE_SHAPE) in every case of DECIDE (default fp32 and bf16; its verdict in
 # $OUT/decision.txt); then, with the kept setting
-# exported, the benchmark, the whole suite and memcheck over the sm_90a kernels (and, with
+# exported, the benchmark, the whole suite and memcheck over the sm_90a and depthwise kernels (and, with
 # RACECHECK_KERNELS, memcheck and racecheck over those), in that order, so that a call cut
 # off by its time limit still returns the first.  Logs, smi.csv
 # and h200.json under $OUT.  Settings as ab_forward.py spells them: NAME=value+NAME2=value.
@@ -54,7 +54,7 @@ IFS=+ read -ra assignments <<< "$kept"
 for a in "${assignments[@]}"; do export "${a?}"; done
 STEPS=bench STEP_TIMEOUT=170 TAIL=70 scripts/device_check.sh
 PYTEST_K= STEPS=tests STEP_TIMEOUT=${SUITE_TIMEOUT:-240} TAIL=15 scripts/device_check.sh
-STEPS=memcheck SANITIZE_KERNELS=wgmma,wgmma-window STEP_TIMEOUT=70 TAIL=6 scripts/device_check.sh
+STEPS=memcheck SANITIZE_KERNELS=wgmma,wgmma-window,depthwise STEP_TIMEOUT=70 TAIL=6 scripts/device_check.sh
 # With RACECHECK_KERNELS set (e.g. wgmma-window), racecheck over those kernels with the kept setting.
 if [ -n "${RACECHECK_KERNELS:-}" ]; then
   STEPS=sanitize SANITIZE_KERNELS=$RACECHECK_KERNELS STEP_TIMEOUT=120 TAIL=6 scripts/device_check.sh

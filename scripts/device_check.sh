@@ -59,6 +59,8 @@ for step in $STEPS; do
           $PY scripts/profile_case.py "$1" "$2"
       done ;;
     breakdown) run breakdown $PY scripts/bwd_breakdown.py ${BD_SHAPES:-} ;;
+    depthwise)  # depthwise layers against F.pad + F.conv1d (DEPTHWISE_ARGS: the script's)
+      run depthwise $PY scripts/depthwise_bench.py ${DEPTHWISE_ARGS:-} ;;
     overhead)  # small rows: host time per call against their kernels' GPU time (OVERHEAD_ARGS: the script's)
       run overhead $PY scripts/bwd_overhead.py ${OVERHEAD_ARGS:-fwd float32 1,256,256,4,1,64 3,96,160,5,3,1000} ;;
     ab) run ab $PY scripts/ab_forward.py ${AB_SHAPES:-} ;;

@@ -4,7 +4,8 @@
         python scripts/sanitize.py
 
 Shapes are small (the sanitizer slows kernels 10-100x) but cover partial tiles, halos
-larger than a tile, groups, depthwise, both fp32 modes and a 16-bit type.  SANITIZE_KERNELS
+larger than a tile, groups, depthwise (under 'generic' and 'depthwise'), both fp32 modes and
+a 16-bit type.  SANITIZE_KERNELS
 (e.g. "wgmma") limits the run to some kernel families: racecheck is slow."""
 
 import os
@@ -17,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from causalconv import _build, causal_conv1d  # noqa: E402
 
 ext = _build.load()
-kernels = ["generic", "mma"] + (["wgmma", "wgmma-ra", "wgmma-window"] if ext.has_wgmma() else [])
+kernels = ["generic", "depthwise", "mma"] + (["wgmma", "wgmma-ra", "wgmma-window"] if ext.has_wgmma() else [])
 if os.environ.get("SANITIZE_KERNELS"):
     kernels = [k for k in kernels if k in os.environ["SANITIZE_KERNELS"].split(",")]
 cases = [  # B, C_in, C_out, groups, K, dilation, L
@@ -25,6 +26,9 @@ cases = [  # B, C_in, C_out, groups, K, dilation, L
     (1, 64, 32, 2, 5, 3, 40),
     (1, 40, 72, 1, 7, 40, 8),
     (2, 8, 16, 8, 3, 2, 1030),
+    # depthwise (one input channel per group): its forward and weight-gradient kernels, the
+    # (batch, step) range split over blocks, two tap groups
+    (3, 16, 16, 16, 9, 2, 2600),
     (8, 64, 64, 1, 3, 1, 8192),  # more blocks than SMs, so several waves share the scratch image
     (2, 32, 32, 1, 2, 100, 264),  # taps further apart than a weight-gradient stage is long
     (1, 48, 40, 1, 40, 1, 64),  # more taps than one weight-gradient tile holds
@@ -44,6 +48,10 @@ for kernel in kernels:
     ext.set_forced_kernel(kernel)
     for b, c_in, c_out, groups, k, d, length in cases:
         if kernel != "generic" and length % 8:
+            continue
+        # 'depthwise' runs the depthwise cases (the automatic choice for them, and the input
+        # gradient's too at one output channel per group), the tensor-core families the others
+        if (kernel == "depthwise") != (groups == c_in == c_out) and kernel != "generic":
             continue
         for dtype, precision in ((torch.float32, "tf32"), (torch.float32, "ieee"), (torch.bfloat16, "auto")):
             x = torch.randn(b, c_in, length, device="cuda", dtype=dtype, requires_grad=True)

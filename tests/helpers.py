@@ -113,7 +113,8 @@ def forced_kernel(name: str):
         ext().set_forced_kernel("auto")
 
 
-KERNEL_NAMES = ["generic", "depthwise", "wgmma", "mma", "input_grad", "wgrad_generic", "wgrad_wgmma"]
+KERNEL_NAMES = ["generic", "depthwise", "wgmma", "mma", "input_grad", "wgrad_generic", "wgrad_wgmma",
+                "wgrad_depthwise"]
 
 
 @contextlib.contextmanager

@@ -133,6 +133,33 @@ def test_input_gradient_on_every_forward_family(dtype, precision, kernel, monkey
             assert_close(dx["1"], exact, dtype, precision, "dx", terms=c_out // groups * k, label=label)
 
 
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("multiplier", [1, 3])
+def test_depthwise_weight_gradient(dtype, precision, multiplier):
+    """One input channel per group takes the depthwise weight-gradient kernel (one output
+    channel per block, up to 8 taps, the (batch, step) range split over blocks): tap groups
+    (K = 9, 16), wide dilations, sequences shorter than the causal pad, several 1024-step
+    chunks and batches per split; bitwise repeatable, within float64's tolerance of the
+    exact gradient, and as the dense CUDA-core kernel (forced 'generic') computes it."""
+    cases = ((2, 24, 4, 1, 1000), (3, 16, 9, 3, 5000), (1, 8, 16, 1, 7), (4, 32, 2, 64, 2100), (64, 4, 3, 1, 300))
+    for seed, (b, channels, k, dilation, length) in enumerate(cases, 7300):
+        c_out = channels * multiplier
+        x, w, gy, _ = _problem(b, channels, c_out, channels, k, length, dtype, seed)
+        label = f"depthwise x{multiplier} {b}x{channels} K={k} d={dilation} L={length}"
+        wg = w.detach().requires_grad_(True)
+        y = causal_conv1d(x, wg, None, dilation, channels, precision)  # x without grad: dw alone
+        runs = []
+        for kernel in ("auto", "auto", "generic"):
+            with forced_kernel(kernel), count_launches() as n, poisoned_outputs():
+                runs.append(torch.autograd.grad(y, [wg], gy, retain_graph=True)[0])
+            family = "wgrad_generic" if kernel == "generic" else "wgrad_depthwise"
+            assert n[family] == 1 and n["wgrad_generic"] + n["wgrad_depthwise"] == 1, (kernel, n)
+        assert torch.equal(runs[0], runs[1]), f"{label}: differs between identical runs"
+        exact = exact_grads(x, w, None, gy, dilation, channels, precision)[1]
+        assert_close(runs[0], exact, dtype, precision, "dw", label=label)
+        assert_close(runs[2], exact, dtype, precision, "dw", label=f"{label} dense kernel")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_weight_gradient_of_unaligned_tensors(dtype):
     """Contiguous views that start off a 16-byte boundary cannot be TMA sources: the CUDA-core
