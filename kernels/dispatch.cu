@@ -168,10 +168,19 @@ void check_common(const at::Tensor& x, const at::Tensor& w, int64_t dilation, in
 enum class Neighbours { kNone, kOtherStream };
 
 // Whether the input gradient's tensor-core kernels read the forward's weight transposed while
-// writing their image (ConvParams::w_transposed): yes unless CAUSALCONV_TRANSPOSED_IMAGE=0,
-// which writes the transposed copy first, as before v34 (the same image, bit for bit: the
-// knob times the launch it saves).
-bool transposed_image_enabled() { return env_switch("CAUSALCONV_TRANSPOSED_IMAGE"); }
+// writing their image (ConvParams::w_transposed) instead of a transposed copy written first
+// (the same image, bit for bit).  It saves a launch, and costs the image kernel its coalesced
+// reads: measured on an H100 (NOTES v34 measured), 1x256->256 L=64 backward -15 to -39%, but
+// the default problem's fp32 backward +2%, so by default only below 2^32 multiply-adds;
+// CAUSALCONV_TRANSPOSED_IMAGE=1 or =0 always or never.
+bool transposed_image_pays(const ConvParams& p) {
+  const char* v = std::getenv("CAUSALCONV_TRANSPOSED_IMAGE");
+  if (v == nullptr || *v == '\0') {
+    const double macs = static_cast<double>(p.B) * p.L * p.C_out * p.cin_g * p.K;
+    return macs < 4294967296.0;
+  }
+  return env_switch("CAUSALCONV_TRANSPOSED_IMAGE");
+}
 
 // Forward-style launch: y[b, o, t] = bias + sum w[o, i, k] * x[b, i, t + k*dilation + shift].
 // For the input gradient (is_input_grad) w_in is the forward's weight and the launch's w its
@@ -213,7 +222,7 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
   // Only the tensor-core families read the weights through the image.
   const bool reads_image = c.kind == KernelKind::kFwdWgmma || c.kind == KernelKind::kFwdMma;
   at::Tensor w_copy;
-  if (is_input_grad && !(reads_image && transposed_image_enabled())) {
+  if (is_input_grad && !(reads_image && transposed_image_pays(p))) {
     w_copy = at::empty({C_out, p.cin_g, K}, w.options());
     launch_weight_flip(w.data_ptr(), w_copy.data_ptr(), groups, p.cin_g, p.cout_g, static_cast<int>(K),
                        w.element_size(), stream);
