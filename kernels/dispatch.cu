@@ -380,7 +380,7 @@ at::Tensor weight_grad_beside(const at::Tensor& dy_in, const at::Tensor& x_in, i
   const int sms = sm_count();
   p.splits = rs          ? wgrad_rs_splits(p, sms)
              : tc        ? wgrad_tc_splits(p, dtype, sms)
-             : depthwise ? wgrad_depthwise_splits(p, sms)
+             : depthwise ? wgrad_depthwise_splits(p, dtype, sms)
                          : wgrad_generic_splits(p, sms);
   p.tap_major = rs ? wgrad_rs_tap_major() : tc && wgrad_tc_tap_major();
   const int64_t n = dw.numel();

@@ -46,7 +46,7 @@ int wgrad_generic_splits(const WgradParams& p, int sm_count);
 void launch_wgrad_generic(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
 // One input channel per group (depthwise, any channel multiplier), dw's own layout
 // (wgrad_depthwise.cu).
-int wgrad_depthwise_splits(const WgradParams& p, int sm_count);
+int wgrad_depthwise_splits(const WgradParams& p, at::ScalarType dtype, int sm_count);
 void launch_wgrad_depthwise(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream);
 // Tensor cores (sm_90a, TMA): any K and dilation, TF32 or 16-bit; x and dy 16-byte
 // aligned with rows of a multiple of 16 bytes.

@@ -2,18 +2,23 @@
 // multiplier), on CUDA cores:
 //   dw[o, 0, k] = sum_{b, t} dy[b, o, t] * x[b, o / cout_g, t + k*dilation + shift].
 //
-// Why its own kernel: wgrad_generic.cu tiles 32 output x 32 input channels per block, so with
+// Why its own kernels: wgrad_generic.cu tiles 32 output x 32 input channels per block, so with
 // one input channel per group 31 of every 32 lanes, and all but cout_g of its 32 output rows,
 // multiply padding (a depthwise layer with cout_g = 1 kept 1 of 256 threads busy).  Here a
-// block reduces one output channel over a range of (batch, 1024-step chunk) units for up to
-// kMaxTaps taps: each thread loads dy and the taps' x values at its own steps (consecutive
-// across a warp, so every load is coalesced, and the taps' overlapping x reads mostly hit L1),
-// keeps one fp32 sum per tap, and the block adds the threads' sums in a fixed order (a
+// block reduces one output channel over a range of (batch, chunk) units for up to kMaxTaps
+// taps, keeps one fp32 sum per tap and thread, and adds the threads' sums in a fixed order (a
 // shuffle tree per warp, then the warps in order) into its split's slice of the workspace;
 // split_reduce.cu adds the slices in order, so dw is bitwise reproducible without atomics.
-// x and dy are read once from DRAM, but the kernel is not yet bound by their bytes: on an H100
-// it ran an 8x1536 K4 L2048 bf16 layer in 155 us against a 24 us floor (NOTES v34 and v35
-// measured: too few bytes in flight per multiprocessor).
+//
+// Two kernels, one plan:
+// - staged (rows of x and dy 16-byte aligned, the taps' span short enough for a shared-memory
+//   window): each unit's dy chunk and the x window under its taps go to shared memory by
+//   16-byte cp.async with zero fill outside the sequence, two units in flight per block, and
+//   the sums read both from there.  The direct kernel below reads 2 bytes a lane in 16-bit
+//   and was bound by the latency of too few bytes in flight (an 8x1536 K4 L2048 bf16 layer
+//   in 155 us on an H100 against a 24 us floor at 4.2 TB/s; NOTES v34 and v35 measured).
+// - direct (anything else: views off a 16-byte boundary, lengths not a multiple of 16 bytes,
+//   wide dilations): each thread loads dy and the taps' x values at its own steps.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -26,29 +31,60 @@ namespace causalconv {
 namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
-constexpr int kPer = 4;                     // steps per thread and unit, kThreads apart
-constexpr int kChunk = kThreads * kPer;     // steps per unit
 constexpr int kMaxTaps = 8;                 // taps per block (accumulators per thread)
-constexpr int64_t kMaxUnitsPerSplit = 64;   // a thread's sum runs over at most 256 products
+constexpr int kMaxProducts = 256;           // a thread's sum runs over at most this many products
+
+// Direct kernel: 4 steps per thread and unit, kThreads apart.
+constexpr int kPer = 4;
+constexpr int kChunk = kThreads * kPer;
+// Staged kernel: 8 steps per thread and unit, two units in flight per block.
+constexpr int kStagedPer = 8;
+constexpr int kStagedChunk = kThreads * kStagedPer;
+constexpr int kStages = 2;
+// Dynamic shared memory without the opt-in attribute: fp32 windows up to ~2000 steps of tap
+// span, 16-bit ones up to ~8000.
+constexpr size_t kStagedMaxBytes = 48 * 1024;
 
 struct Plan {
   int kg, n_tg;         // taps per block, tap groups
-  int64_t n_chunks;     // 1024-step chunks per sequence
+  int chunk;            // steps per unit
+  int64_t n_chunks;     // chunks per sequence
   int64_t units, per_split;
   int splits;
+  int x_elems;          // staged: elements of a stage's x window (0 for the direct kernel)
 };
 
-Plan make_plan(const WgradParams& p, int sm_count) {
+template <typename T>
+constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte copy
+
+int elem_bytes(at::ScalarType dtype) { return dtype == at::kFloat ? 4 : 2; }
+
+// The staged kernel's x window per stage: the chunk, the taps' span and up to a copy's worth of
+// misalignment in front, in whole copies; 0 where the staged kernel cannot run.
+int staged_x_elems(const WgradParams& p, int kg, at::ScalarType dtype) {
+  const int e = elem_bytes(dtype), vec = 16 / e;
+  const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.dy) % 16 == 0 &&
+                       p.L % vec == 0;
+  const int64_t span = static_cast<int64_t>(kg - 1) * p.dilation;
+  const int64_t x_elems = ceil_div(vec - 1 + kStagedChunk + span, vec) * vec;
+  const int64_t bytes = static_cast<int64_t>(kStages) * (kStagedChunk + x_elems) * e;
+  return aligned && bytes <= static_cast<int64_t>(kStagedMaxBytes) ? static_cast<int>(x_elems) : 0;
+}
+
+Plan make_plan(const WgradParams& p, at::ScalarType dtype, int sm_count) {
   Plan pl{};
   pl.kg = std::min(p.K, kMaxTaps);
   pl.n_tg = static_cast<int>(ceil_div(p.K, pl.kg));
-  pl.n_chunks = ceil_div(p.L, kChunk);
+  pl.x_elems = staged_x_elems(p, pl.kg, dtype);
+  pl.chunk = pl.x_elems > 0 ? kStagedChunk : kChunk;
+  pl.n_chunks = ceil_div(p.L, pl.chunk);
   pl.units = p.B * pl.n_chunks;
   const int64_t c_out = static_cast<int64_t>(p.groups) * p.cout_g;
   const int64_t items = c_out * pl.n_tg;
-  // Enough blocks for ~32 per multiprocessor (several waves of 8 resident, short tails), and
+  const int64_t max_units = kMaxProducts / (pl.chunk / kThreads);
+  // Enough blocks for ~32 per multiprocessor (several waves of those resident, short tails), and
   // short enough runs per thread for fp32 sums; the workspace stays below 2^26 floats.
-  int64_t splits = std::max<int64_t>(ceil_div(32LL * sm_count, items), ceil_div(pl.units, kMaxUnitsPerSplit));
+  int64_t splits = std::max<int64_t>(ceil_div(32LL * sm_count, items), ceil_div(pl.units, max_units));
   splits = std::min<int64_t>({splits, pl.units, std::max<int64_t>(1, (int64_t{1} << 26) / (c_out * p.K))});
   splits = std::max<int64_t>(splits, 1);
   pl.per_split = ceil_div(pl.units, splits);
@@ -56,35 +92,73 @@ Plan make_plan(const WgradParams& p, int sm_count) {
   return pl;
 }
 
+// Which output channel, tap group and split a block owns.  Output channel fastest: the cout_g
+// blocks that read one x row run side by side.
+struct BlockItem {
+  int64_t o, c;   // output channel, its group's input channel
+  int k0, nt;     // first tap, taps in this group
+  int split;
+};
+
+__device__ __forceinline__ BlockItem block_item(const WgradParams& p, const Plan& pl, int kg) {
+  const int64_t c_out = static_cast<int64_t>(p.groups) * p.cout_g;
+  int64_t item = blockIdx.x;
+  BlockItem it;
+  it.o = item % c_out;
+  item /= c_out;
+  const int tg = static_cast<int>(item % pl.n_tg);
+  it.split = static_cast<int>(item / pl.n_tg);
+  it.k0 = tg * kg;
+  it.nt = min(kg, p.K - it.k0);
+  it.c = it.o / p.cout_g;
+  return it;
+}
+
+// The block's per-tap sums, added in a fixed order (a shuffle tree per warp, then the warps in
+// order), into its split's slice of the workspace.
+template <int KG>
+__device__ __forceinline__ void store_block_sums(const WgradParams& p, const BlockItem& it, const float (&acc)[KG]) {
+  __shared__ float warp_sums[kWarps][KG];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int k = 0; k < KG; ++k) {
+    float v = acc[k];
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+    if (lane == 0) warp_sums[warp][k] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < it.nt) {
+    const int k = threadIdx.x;
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s += warp_sums[w][k];
+    const int64_t c_out = static_cast<int64_t>(p.groups) * p.cout_g;
+    p.ws[(static_cast<int64_t>(it.split) * c_out + it.o) * p.K + it.k0 + k] = s;
+  }
+}
+
 // KG: the plan's taps per block, a template parameter so that the loops hold only the taps
 // there are (as in wgrad_generic.cu); the last group of a long kernel may hold fewer (nt).
 template <typename T, int KG>
 __global__ void __launch_bounds__(kThreads, 3) wgrad_depthwise_kernel(WgradParams p, Plan pl) {
-  __shared__ float warp_sums[kWarps][KG];
   ptx::griddep_launch_dependents();  // the split reduction after it may start (dependent_launch.cuh)
-
-  // Output channel fastest: the cout_g blocks that read one x row run side by side.
+  const BlockItem it = block_item(p, pl, KG);
   const int64_t c_out = static_cast<int64_t>(p.groups) * p.cout_g;
-  int64_t item = blockIdx.x;
-  const int64_t o = item % c_out;
-  item /= c_out;
-  const int tg = static_cast<int>(item % pl.n_tg);
-  const int split = static_cast<int>(item / pl.n_tg);
-  const int k0 = tg * KG, nt = min(KG, p.K - k0);
-  const int64_t c = o / p.cout_g;  // the group's input channel
+  const int nt = it.nt;
   const bool tf32 = p.precision == Precision::kTF32;
 
   float acc[KG];
 #pragma unroll
   for (int k = 0; k < KG; ++k) acc[k] = 0.f;
 
-  const int64_t u_end = std::min<int64_t>(pl.units, (split + 1) * pl.per_split);
-  const int64_t tap0 = static_cast<int64_t>(k0) * p.dilation + p.shift;  // first tap's offset
-  const int64_t span = static_cast<int64_t>(nt - 1) * p.dilation;        // first to last tap
-  for (int64_t u = split * pl.per_split; u < u_end; ++u) {
+  const int64_t u_end = std::min<int64_t>(pl.units, (it.split + 1) * pl.per_split);
+  const int64_t tap0 = static_cast<int64_t>(it.k0) * p.dilation + p.shift;  // first tap's offset
+  const int64_t span = static_cast<int64_t>(nt - 1) * p.dilation;           // first to last tap
+  for (int64_t u = it.split * pl.per_split; u < u_end; ++u) {
     const int64_t b = u / pl.n_chunks, c0 = (u % pl.n_chunks) * kChunk;
-    const T* dy = static_cast<const T*>(p.dy) + (b * c_out + o) * p.L + c0;
-    const T* x = static_cast<const T*>(p.x) + (b * p.groups + c) * p.L;
+    const T* dy = static_cast<const T*>(p.dy) + (b * c_out + it.o) * p.L + c0;
+    const T* x = static_cast<const T*>(p.x) + (b * p.groups + it.c) * p.L;
     // Every load of the unit goes out before the first multiply: one latency per unit.
     float dv[kPer], xv[kPer][KG];
     // Inside the sequence for every step and tap (all but a sequence's first and last
@@ -118,41 +192,107 @@ __global__ void __launch_bounds__(kThreads, 3) wgrad_depthwise_kernel(WgradParam
 #pragma unroll
       for (int k = 0; k < KG; ++k) acc[k] = fmaf(dv[j], xv[j][k], acc[k]);
   }
+  store_block_sums<KG>(p, it, acc);
+}
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+// Shared memory per stage: dy's chunk (kStagedChunk elements), then the x window (pl.x_elems),
+// which starts `lead` elements before the first tap's first step so that every copy is aligned.
+template <typename T, int KG>
+__global__ void __launch_bounds__(kThreads, 4) wgrad_depthwise_staged_kernel(WgradParams p, Plan pl) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* const smem = reinterpret_cast<T*>(smem_raw);
+  ptx::griddep_launch_dependents();  // the split reduction after it may start (dependent_launch.cuh)
+  constexpr int V = kVec<T>;
+  const BlockItem it = block_item(p, pl, KG);
+  const int64_t c_out = static_cast<int64_t>(p.groups) * p.cout_g;
+  const int nt = it.nt, dil = p.dilation;
+  const bool tf32 = p.precision == Precision::kTF32;
+  const int64_t tap0 = static_cast<int64_t>(it.k0) * dil + p.shift;  // first tap's offset
+  const int lead = static_cast<int>(tap0 - floor_div(tap0, V) * V);
+  const int x_vecs = static_cast<int>(ceil_div(lead + kStagedChunk + static_cast<int64_t>(nt - 1) * dil, V));
+  const int stage_elems = kStagedChunk + pl.x_elems;
+
+  // Zero fill outside [0, L): L is a multiple of V and every copy starts on a multiple of V,
+  // so a copy lies wholly inside or wholly outside the sequence.
+  auto issue = [&](int64_t u, int slot) {
+    const int64_t b = u / pl.n_chunks, c0 = (u % pl.n_chunks) * kStagedChunk;
+    const T* dy = static_cast<const T*>(p.dy) + (b * c_out + it.o) * p.L;
+    const T* x = static_cast<const T*>(p.x) + (b * p.groups + it.c) * p.L;
+    const uint32_t dst = ptx::smem_addr(smem + slot * stage_elems);
+    for (int i = threadIdx.x; i < kStagedChunk / V; i += kThreads) {
+      const int64_t t = c0 + static_cast<int64_t>(i) * V;
+      const bool in = t < p.L;
+      ptx::cp_async_16(dst + i * 16, in ? dy + t : dy, in ? 16 : 0);
+    }
+    const int64_t a0 = c0 + tap0 - lead;
+    for (int i = threadIdx.x; i < x_vecs; i += kThreads) {
+      const int64_t s = a0 + static_cast<int64_t>(i) * V;
+      const bool in = s >= 0 && s < p.L;
+      ptx::cp_async_16(dst + (kStagedChunk + i * V) * static_cast<uint32_t>(sizeof(T)), in ? x + s : x, in ? 16 : 0);
+    }
+  };
+
+  float acc[KG];
 #pragma unroll
-  for (int k = 0; k < KG; ++k) {
-    float v = acc[k];
+  for (int k = 0; k < KG; ++k) acc[k] = 0.f;
+
+  const int64_t u0 = static_cast<int64_t>(it.split) * pl.per_split;
+  const int n = static_cast<int>(std::min<int64_t>(pl.units, u0 + pl.per_split) - u0);
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
-    if (lane == 0) warp_sums[warp][k] = v;
+  for (int i = 0; i < kStages; ++i) {
+    if (i < n) issue(u0 + i, i);
+    ptx::cp_async_commit();  // empty groups keep the wait count below uniform
   }
-  __syncthreads();
-  if (threadIdx.x < nt) {
-    const int k = threadIdx.x;
-    float s = 0.f;
+  for (int i = 0; i < n; ++i) {
+    ptx::cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const T* dys = smem + (i % kStages) * stage_elems;
+    const T* xs = dys + kStagedChunk + lead;
+    // Steps past the sequence's end are skipped, not multiplied by zero: x there is real data
+    // (a tap reaches back), and 0 * inf would make a NaN the exact gradient does not have.
+    const int64_t c0 = ((u0 + i) % pl.n_chunks) * kStagedChunk;
+    const int valid = static_cast<int>(std::min<int64_t>(kStagedChunk, p.L - c0));
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) s += warp_sums[w][k];
-    p.ws[(static_cast<int64_t>(split) * c_out + o) * p.K + k0 + k] = s;
+    for (int j = 0; j < kStagedPer; ++j) {
+      const int t = threadIdx.x + j * kThreads;
+      if (t < valid) {
+        const float dv = operand(to_float(dys[t]), tf32);
+#pragma unroll
+        for (int k = 0; k < KG; ++k)
+          if (k < nt) acc[k] = fmaf(dv, operand(to_float(xs[t + k * dil]), tf32), acc[k]);
+      }
+    }
+    __syncthreads();  // the slot is free for the unit kStages ahead
+    if (i + kStages < n) issue(u0 + i + kStages, i % kStages);
+    ptx::cp_async_commit();
   }
+  store_block_sums<KG>(p, it, acc);
 }
 
 template <typename T, int KG>
 void launch_taps(const WgradParams& p, const Plan& pl, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(p.groups) * p.cout_g * pl.n_tg * pl.splits;
   CAUSALCONV_CHECK(blocks <= INT32_MAX, "causalconv: depthwise weight-gradient problem too large for one launch");
-  wgrad_depthwise_kernel<T, KG><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, pl);
-  CAUSALCONV_CHECK_LAUNCH("conv_wgrad_depthwise");
+  if (pl.x_elems > 0) {
+    const size_t smem = static_cast<size_t>(kStages) * (kStagedChunk + pl.x_elems) * sizeof(T);
+    wgrad_depthwise_staged_kernel<T, KG><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p, pl);
+    CAUSALCONV_CHECK_LAUNCH("conv_wgrad_depthwise_staged");
+  } else {
+    wgrad_depthwise_kernel<T, KG><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, pl);
+    CAUSALCONV_CHECK_LAUNCH("conv_wgrad_depthwise");
+  }
 }
 
 }  // namespace
 
-int wgrad_depthwise_splits(const WgradParams& p, int sm_count) { return make_plan(p, sm_count).splits; }
+int wgrad_depthwise_splits(const WgradParams& p, at::ScalarType dtype, int sm_count) {
+  return make_plan(p, dtype, sm_count).splits;
+}
 
 void launch_wgrad_depthwise(const WgradParams& p, at::ScalarType dtype, int sm_count, cudaStream_t stream) {
   CAUSALCONV_CHECK(p.cin_g == 1, "causalconv: the depthwise weight gradient needs one input channel per group, got ",
                    p.cin_g);
-  const Plan pl = make_plan(p, sm_count);
+  const Plan pl = make_plan(p, dtype, sm_count);
   CAUSALCONV_CHECK(p.splits == pl.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ", pl.splits);
   CAUSALCONV_CHECK(!p.tap_major, "causalconv: the depthwise weight gradient writes dw's own layout");
   static_assert(kMaxTaps == 8, "with_tap_group maps 1 to 8 taps");

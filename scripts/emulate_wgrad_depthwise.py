@@ -1,59 +1,128 @@
 """The index arithmetic of the depthwise weight gradient (kernels/wgrad_depthwise.cu),
 replayed with numpy on the CPU and compared with a direct sum: its plan (taps per block, tap
-groups, 1024-step chunks, splits), each block's (output channel, tap group, split) from its
-index, each thread's steps and the taps' x offsets with zero fill outside [0, L), the
-block's reduction into its split's slice, and the slices added in order.  Not the CUDA: the
-shuffles, barriers and loads only a GPU run checks.  Mirrors the plan code by hand, so update
-it with the kernel.  Needs numpy (not a dependency of the package).
+groups, which kernel, chunks, splits), each block's (output channel, tap group, split) from
+its index, and per kernel: the direct one's steps per thread and the taps' x offsets with
+zero fill outside [0, L); the staged one's shared-memory ring (dy chunks and x windows in two
+slots, copied 16 bytes at a time from aligned starts with zero fill, the window's lead, the
+steps past L skipped); then the block's reduction into its split's slice, and the slices
+added in order.  Not the CUDA: the shuffles, barriers and copies' completion only a GPU run
+checks.  Mirrors the plan code by hand, so update it with the kernel.  Needs numpy (not a
+dependency of the package).
     python scripts/emulate_wgrad_depthwise.py"""
 
 import numpy as np
 
-THREADS, PER, MAX_TAPS, MAX_UNITS = 256, 4, 8, 64
-CHUNK = THREADS * PER
+THREADS, MAX_TAPS, MAX_PRODUCTS = 256, 8, 256
+CHUNK = THREADS * 4           # direct kernel
+STAGED_CHUNK = THREADS * 8    # staged kernel
+STAGES, STAGED_MAX_BYTES = 2, 48 * 1024
 
 
 def cdiv(a, b):
     return -(-a // b)
 
 
-def plan(b, groups, cout_g, k, length, sms=132):
+def staged_x_elems(k, d, length, elem_bytes, kg):
+    """Elements of the staged kernel's x window per slot, 0 where it cannot run (rows assumed
+    16-byte aligned, as fresh tensors are)."""
+    vec = 16 // elem_bytes
+    x_elems = cdiv(vec - 1 + STAGED_CHUNK + (kg - 1) * d, vec) * vec
+    fits = STAGES * (STAGED_CHUNK + x_elems) * elem_bytes <= STAGED_MAX_BYTES
+    return x_elems if length % vec == 0 and fits else 0
+
+
+def plan(b, groups, cout_g, k, d, length, elem_bytes, sms=132):
     kg = min(k, MAX_TAPS)
     n_tg = cdiv(k, kg)
-    n_chunks = cdiv(length, CHUNK)
+    x_elems = staged_x_elems(k, d, length, elem_bytes, kg)
+    chunk = STAGED_CHUNK if x_elems else CHUNK
+    n_chunks = cdiv(length, chunk)
     units = b * n_chunks
     c_out = groups * cout_g
-    splits = max(cdiv(32 * sms, c_out * n_tg), cdiv(units, MAX_UNITS))
+    splits = max(cdiv(32 * sms, c_out * n_tg), cdiv(units, MAX_PRODUCTS // (chunk // THREADS)))
     splits = max(min(splits, units, max(1, (1 << 26) // (c_out * k))), 1)
     per_split = cdiv(units, splits)
-    return kg, n_tg, n_chunks, units, per_split, cdiv(units, per_split)
+    return kg, n_tg, x_elems, n_chunks, units, per_split, cdiv(units, per_split)
 
 
-def emulate(x, dy, groups, k, d, sms=132):
+def direct_units(x, dy, o, c, k0, nt, kg, units_range, n_chunks, d, shift, acc):
+    length = x.shape[2]
+    tid = np.arange(THREADS)
+    for u in units_range:
+        bb, t0 = u // n_chunks, (u % n_chunks) * CHUNK + tid
+        for j in range(CHUNK // THREADS):
+            t = t0 + j * THREADS  # each thread's step, and every tap's offset from it
+            inside = t < length
+            dv = np.where(inside, dy[bb, o, np.minimum(t, length - 1)], 0.0)
+            for kk in range(kg):
+                s = t + (k0 + kk) * d + shift
+                ok = inside & (kk < nt) & (s >= 0) & (s < length)
+                xv = np.where(ok, x[bb, c, np.clip(s, 0, length - 1)], 0.0)
+                acc[:, kk] += dv * xv
+
+
+def staged_units(x, dy, o, c, k0, nt, kg, units, n_chunks, d, shift, x_elems, elem_bytes, acc):
+    """The staged kernel's ring: slot i % STAGES holds unit i's dy chunk and x window; unit
+    i + STAGES is copied into it only after unit i's sums."""
+    length = x.shape[2]
+    vec = 16 // elem_bytes
+    tap0 = k0 * d + shift
+    lead = tap0 % vec  # Python's % is the floor modulo the kernel computes
+    x_vecs = cdiv(lead + STAGED_CHUNK + (nt - 1) * d, vec)
+    assert x_vecs * vec <= x_elems
+    slots = np.full((STAGES, STAGED_CHUNK + x_elems), np.nan)
+
+    def issue(u, slot):
+        bb, c0 = u // n_chunks, (u % n_chunks) * STAGED_CHUNK
+        for i in range(STAGED_CHUNK // vec):  # copies wholly inside or outside the sequence
+            t = c0 + i * vec
+            slots[slot, i * vec:(i + 1) * vec] = dy[bb, o, t:t + vec] if t < length else 0.0
+        a0 = c0 + tap0 - lead
+        assert a0 % vec == 0
+        for i in range(x_vecs):
+            s = a0 + i * vec
+            base = STAGED_CHUNK + i * vec
+            slots[slot, base:base + vec] = x[bb, c, s:s + vec] if 0 <= s < length else 0.0
+
+    n = len(units)
+    for i in range(min(STAGES, n)):
+        issue(units[i], i)
+    tid = np.arange(THREADS)
+    for i in range(n):
+        buf = slots[i % STAGES]
+        c0 = (units[i] % n_chunks) * STAGED_CHUNK
+        valid = min(STAGED_CHUNK, length - c0)
+        for j in range(STAGED_CHUNK // THREADS):
+            t = tid + j * THREADS
+            ok = t < valid
+            dv = np.where(ok, buf[np.minimum(t, STAGED_CHUNK - 1)], 0.0)
+            for kk in range(nt):
+                xi = STAGED_CHUNK + lead + t + kk * d
+                xv = np.where(ok, buf[np.minimum(xi, len(buf) - 1)], 0.0)
+                assert not np.isnan(xv[ok]).any(), "read a window element never copied"
+                acc[:, kk] += dv * xv
+        if i + STAGES < n:
+            issue(units[i + STAGES], i % STAGES)
+
+
+def emulate(x, dy, groups, k, d, elem_bytes, sms=132):
     b, _, length = x.shape
     c_out = dy.shape[1]
     cout_g = c_out // groups
     shift = -(k - 1) * d
-    kg, n_tg, n_chunks, units, per_split, splits = plan(b, groups, cout_g, k, length, sms)
+    kg, n_tg, x_elems, n_chunks, units, per_split, splits = plan(b, groups, cout_g, k, d, length, elem_bytes, sms)
     ws = np.full((splits, c_out, k), np.nan)
-    tid = np.arange(THREADS)
     for block in range(c_out * n_tg * splits):
         o, rest = block % c_out, block // c_out
         tg, split = rest % n_tg, rest // n_tg
         k0, nt = tg * kg, min(kg, k - tg * kg)
         c = o // cout_g
         acc = np.zeros((THREADS, kg))
-        for u in range(split * per_split, min(units, (split + 1) * per_split)):
-            bb, t0 = u // n_chunks, (u % n_chunks) * CHUNK + tid
-            for j in range(PER):
-                t = t0 + j * THREADS  # each thread's step, and every tap's offset from it
-                inside = t < length
-                dv = np.where(inside, dy[bb, o, np.minimum(t, length - 1)], 0.0)
-                for kk in range(kg):
-                    s = t + (k0 + kk) * d + shift
-                    ok = inside & (kk < nt) & (s >= 0) & (s < length)
-                    xv = np.where(ok, x[bb, c, np.clip(s, 0, length - 1)], 0.0)
-                    acc[:, kk] += dv * xv
+        mine = list(range(split * per_split, min(units, (split + 1) * per_split)))
+        if x_elems:
+            staged_units(x, dy, o, c, k0, nt, kg, mine, n_chunks, d, shift, x_elems, elem_bytes, acc)
+        else:
+            direct_units(x, dy, o, c, k0, nt, kg, mine, n_chunks, d, shift, acc)
         ws[split, o, k0:k0 + nt] = acc.sum(axis=0)[:nt]
     assert not np.isnan(ws).any(), "a workspace element was never written"
     return ws.sum(axis=0)
@@ -73,17 +142,19 @@ def direct(x, dy, groups, k, d):
 
 
 rng = np.random.default_rng(0)
-# (B, channels, multiplier, K, dilation, L, multiprocessors): one multiprocessor stands in for a
-# layer with thousands of channels, whose splits hold several units each
-for b, channels, mult, k, d, length, sms in ((2, 4, 1, 4, 1, 1000, 132), (3, 3, 2, 9, 3, 2600, 132),
-                                             (1, 2, 1, 16, 1, 7, 132), (2, 2, 3, 2, 64, 2100, 132),
-                                             (64, 1, 1, 3, 1, 300, 132), (1, 1, 4, 5, 2, 5000, 132),
-                                             (8, 4, 1, 4, 1, 4096, 1), (5, 8, 1, 3, 2, 3000, 1)):
+# (B, channels, multiplier, K, dilation, L, multiprocessors, element bytes): one multiprocessor
+# stands in for a layer with thousands of channels, whose splits hold several units each
+for b, channels, mult, k, d, length, sms, eb in (
+        (2, 4, 1, 4, 1, 1000, 132, 2), (3, 3, 2, 9, 3, 2600, 132, 4), (1, 2, 1, 16, 1, 7, 132, 2),
+        (2, 2, 3, 2, 64, 2100, 132, 2), (2, 2, 3, 2, 64, 2100, 132, 4), (64, 1, 1, 3, 1, 300, 132, 4),
+        (1, 1, 4, 5, 2, 5000, 132, 2), (8, 4, 1, 4, 1, 4096, 1, 2), (5, 8, 1, 3, 2, 3000, 1, 4),
+        (5, 8, 1, 3, 2, 3000, 1, 2), (2, 2, 1, 3, 3000, 8192, 132, 2), (2, 2, 1, 3, 3000, 8192, 132, 4)):
     x = rng.standard_normal((b, channels, length))
     dy = rng.standard_normal((b, channels * mult, length))
-    got, want = emulate(x, dy, channels, k, d, sms), direct(x, dy, channels, k, d)
+    got, want = emulate(x, dy, channels, k, d, eb, sms), direct(x, dy, channels, k, d)
     err = np.abs(got - want).max() / np.abs(want).max()
-    print(f"B={b} C={channels} x{mult} K={k} d={d} L={length} sms={sms} "
-          f"plan={plan(b, channels, mult, k, length, sms)}: max rel err {err:.1e}")
+    pl = plan(b, channels, mult, k, d, length, eb, sms)
+    print(f"B={b} C={channels} x{mult} K={k} d={d} L={length} sms={sms} {eb}-byte "
+          f"{'staged' if pl[2] else 'direct'} plan={pl}: max rel err {err:.1e}")
     assert err < 1e-12, "index arithmetic differs from the direct sum"
 print("depthwise weight gradient: index arithmetic matches the direct sums")

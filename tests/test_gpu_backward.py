@@ -136,16 +136,24 @@ def test_input_gradient_on_every_forward_family(dtype, precision, kernel, monkey
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("multiplier", [1, 3])
 def test_depthwise_weight_gradient(dtype, precision, multiplier):
-    """One input channel per group takes the depthwise weight-gradient kernel (one output
+    """One input channel per group takes the depthwise weight-gradient kernels (one output
     channel per block, up to 8 taps, the (batch, step) range split over blocks): tap groups
-    (K = 9, 16), wide dilations, sequences shorter than the causal pad, several 1024-step
-    chunks and batches per split; bitwise repeatable, within float64's tolerance of the
-    exact gradient, and as the dense CUDA-core kernel (forced 'generic') computes it."""
-    cases = ((2, 24, 4, 1, 1000), (3, 16, 9, 3, 5000), (1, 8, 16, 1, 7), (4, 32, 2, 64, 2100), (64, 4, 3, 1, 300))
-    for seed, (b, channels, k, dilation, length) in enumerate(cases, 7300):
+    (K = 9, 16), wide dilations, sequences shorter than the causal pad, several chunks and
+    batches per split; bitwise repeatable, within float64's tolerance of the exact gradient,
+    and as the dense CUDA-core kernel (forced 'generic') computes it.  Both kernels run: the
+    staged one where rows are 16-byte aligned (L a multiple of 16 bytes) and the taps' window
+    fits its shared memory, the direct one for L = 7, 2100 and 300 in 16-bit, dilation 3000 in
+    fp32 and the unaligned view.  On a 132-multiprocessor GPU the 12x256 L=8192 case gives
+    each staged block 3 (x1) or 8 (x3) units, so its two-slot ring wraps."""
+    cases = ((2, 24, 4, 1, 1000, "contiguous"), (3, 16, 9, 3, 5000, "contiguous"), (1, 8, 16, 1, 7, "contiguous"),
+             (4, 32, 2, 64, 2100, "contiguous"), (64, 4, 3, 1, 300, "contiguous"), (12, 256, 4, 1, 8192, "contiguous"),
+             (2, 8, 3, 3000, 8192, "contiguous"), (2, 40, 4, 1, 2048, "unaligned"))
+    for seed, (b, channels, k, dilation, length, layout) in enumerate(cases, 7300):
         c_out = channels * multiplier
         x, w, gy, _ = _problem(b, channels, c_out, channels, k, length, dtype, seed)
-        label = f"depthwise x{multiplier} {b}x{channels} K={k} d={dilation} L={length}"
+        if layout == "unaligned":  # a contiguous view one element past a 16-byte boundary
+            x = torch.cat([x.new_zeros(1), x.flatten()])[1:].view(x.shape)
+        label = f"depthwise x{multiplier} {b}x{channels} K={k} d={dilation} L={length} {layout}"
         wg = w.detach().requires_grad_(True)
         y = causal_conv1d(x, wg, None, dilation, channels, precision)  # x without grad: dw alone
         runs = []
