@@ -34,9 +34,10 @@ struct ConvParams {
 
   // The input gradient's weights without a copy: p.w then holds the forward's weight,
   // contiguous (groups * cin_g, cout_g, K), and the launch multiplies by it transposed per
-  // group and tap-reversed, w[g*cout_g + o, i, k] = p.w[g*cin_g + i, o, K-1-k].  Only the
-  // kernels that read the weights through the weight image (weight_image.cuh) accept it;
-  // the dispatcher hands the others a materialized copy.
+  // group and tap-reversed, w[g*cout_g + o, i, k] = p.w[g*cin_g + i, o, K-1-k].  The kernels
+  // that read the weights through the weight image (weight_image.cuh) and the dense CUDA-core
+  // forward (fwd_generic.cu) accept it; the dispatcher hands the depthwise one a materialized
+  // copy.
   bool w_transposed = false;
 
   // The TMA forward's input-channel split (fwd_tma.cu): csplits blocks share each tile, each

@@ -230,10 +230,12 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
   p.sx_b = x.stride(0);
   p.sx_c = x.stride(1);
   p.sx_t = x.stride(2);
-  // Only the tensor-core families read the weights through the image.
+  // The tensor-core families read the weights through the image, the dense CUDA-core kernel
+  // while staging them; both can read them transposed, the depthwise one cannot.
   const bool reads_image = c.kind == KernelKind::kFwdWgmma || c.kind == KernelKind::kFwdMma;
+  const bool reads_transposed = c.kind == KernelKind::kFwdGeneric || (reads_image && transposed_image_pays(p));
   at::Tensor w_copy;
-  if (is_input_grad && !(reads_image && transposed_image_pays(p))) {
+  if (is_input_grad && !reads_transposed) {
     w_copy = at::empty({C_out, p.cin_g, K}, w.options());
     launch_weight_flip(w.data_ptr(), w_copy.data_ptr(), groups, p.cin_g, p.cout_g, static_cast<int>(K),
                        w.element_size(), stream);

@@ -148,8 +148,7 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool tf32 = p.precision == Precision::kTF32;
   const T* x = static_cast<const T*>(p.x) + b * p.sx_b + static_cast<int64_t>(g) * p.cin_g * p.sx_c;
-  const T* w = static_cast<const T*>(p.w) +
-               (static_cast<int64_t>(g) * p.cout_g + static_cast<int64_t>(ot) * kOB) * p.cin_g * p.K;
+  const T* w = static_cast<const T*>(p.w);
 
   float acc[4][J];
 #pragma unroll
@@ -180,8 +179,12 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
       for (int idx = threadIdx.x; idx < kCI * nt * kOB; idx += kThreads) {
         const int o = idx % kOB, k = (idx / kOB) % nt, ci = idx / (kOB * nt);
         const bool ok = (ot * kOB + o < p.cout_g) && (c0 + ci < c_hi);
-        ws[(ci * tl.tpg + k) * kOB + o] =
-            ok ? operand(to_float(w[(static_cast<int64_t>(o) * p.cin_g + c0 + ci) * p.K + k0 + k]), tf32) : 0.f;
+        // transposed: an input gradient's weights read from the forward's (ConvParams::w_transposed);
+        // consecutive o are then K elements apart, closer than the forward layout's cin_g * K
+        const int64_t og = static_cast<int64_t>(ot) * kOB + o, ic = c0 + ci;
+        const int64_t src = p.w_transposed ? ((g * p.cin_g + ic) * p.cout_g + og) * p.K + (p.K - 1 - k0 - k)
+                                           : ((g * p.cout_g + og) * p.cin_g + ic) * p.K + k0 + k;
+        ws[(ci * tl.tpg + k) * kOB + o] = ok ? operand(to_float(w[src]), tf32) : 0.f;
       }
       __syncthreads();
 
