@@ -92,15 +92,6 @@ bool window_forward_pays(const ConvParams& p) {
   return p.precision == Precision::kTF32 && p.cout_g >= 64 && p.B * p.L >= 8192;
 }
 
-// Tiny problems on Hopper run the CUDA-core kernel, in one launch with its input channels split
-// over clusters (fwd_generic.cu), rather than the tensor-core path's weight image, forward and
-// channel-split reduction: a 64-step sequence at 256 -> 256 channels, K = 4 (2^24 multiply-adds)
-// takes ~12 us there on an H200 (NOTES v22), a few microseconds of it work.
-bool tiny_forward(const ConvParams& p) {
-  const double macs = static_cast<double>(p.B) * p.L * p.C_out * p.cin_g * p.K;
-  return macs <= 33554432.0;  // 2^25
-}
-
 FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice forced) {
   const bool tc_arch = sm_major() >= 8;
   const bool wgmma = sm_major() == 9 && built_for_sm90a();
@@ -140,8 +131,6 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
   }
   if (p.cin_g == 1) {
     c.kind = KernelKind::kFwdDepthwise;
-  } else if (wgmma && tiny_forward(p)) {
-    // the generic kernel, as c already says
   } else if (tc_arch && (x_ok || can_copy) && p.cin_g >= 16 && p.cout_g >= 16) {
     // Narrow groups would fill the 32/64-channel chunks mostly with zeros.
     tensor_cores(wgmma, false);
@@ -277,7 +266,7 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
       }
       break;
     case KernelKind::kFwdMma: launch_fwd_tc(p, dtype, TcKernel::kMmaSync, c.bn, stream); break;
-    default: launch_fwd_generic(p, dtype, sm_major() == 9 && built_for_sm90a(), sm_count(), stream); break;
+    default: launch_fwd_generic(p, dtype, stream); break;
   }
   count(c.kind);
   if (is_input_grad) count(KernelKind::kInputGrad);

@@ -7,21 +7,12 @@
 // weights, and every thread accumulates its outputs in fp32 from shared memory.  Taps are
 // taken in groups whose window span (taps-1)*dilation fits the buffer, so a huge
 // dilation costs extra passes instead of an unbounded halo.
-//
-// Small problems (fewer tiles than multiprocessors, such as one sequence of 64 steps) take
-// 32-step tiles, and on sm_90a builds run on Hopper the input channels of each tile are
-// split over a cluster of up to 8 blocks: each sums its slice, and the partial tiles are
-// added through distributed shared memory in rank order (deterministic), in the one launch.
-// The tensor-core path runs a weight-image kernel, the forward and a channel-split
-// reduction there, three launches for a few microseconds of work.
 #include <ATen/ATen.h>
 
 #include <algorithm>
 
 #include "common.cuh"
-#include "dependent_launch.cuh"
 #include "launchers.h"
-#include "ptx.cuh"
 
 namespace causalconv {
 namespace {
@@ -52,92 +43,45 @@ __device__ __forceinline__ void stage_row_chunk(float* dst, const T* src, int64_
 }
 
 // ---------------------------------------------------------------------------------
-// Dense / grouped: a block computes kOB output channels x 32*J time steps.  Warp w owns
-// channels 4w..4w+3; lane l owns times l, l+32, ... (so shared-memory reads and global
-// stores are consecutive across the warp).
+// Dense / grouped: a block computes kOB output channels x kTB time steps.  Warp w owns
+// channels 4w..4w+3; lane l owns times l, l+32, l+64, l+96 (so shared-memory reads and
+// global stores are consecutive across the warp).
 namespace dense {
 constexpr int kOB = 32;
+constexpr int kTB = 128;
 constexpr int kCI = 8;
 constexpr int kMaxSpan = 768;
 constexpr int kMaxTaps = 16;
-constexpr int kMaxSplits = 8;  // blocks per cluster (the portable limit); divides kOB
 
 struct Tiling {
-  int tpg;     // taps per group
-  int row;     // floats per staged x row
-  int splits;  // blocks of a cluster, each summing a slice of the input channels (1: none)
+  int tpg;  // taps per group
+  int row;  // floats per staged x row
 };
 
-template <typename T, int J>
-Tiling tiling(const ConvParams& p, int splits) {
+template <typename T>
+Tiling tiling(const ConvParams& p) {
   constexpr int V = 16 / sizeof(T);
   Tiling t;
   t.tpg = std::max(1, std::min({p.K, kMaxTaps, 1 + kMaxSpan / p.dilation}));
-  t.row = 32 * J + (t.tpg - 1) * p.dilation + 2 * V;
-  t.splits = splits;
+  t.row = kTB + (t.tpg - 1) * p.dilation + 2 * V;
   return t;
 }
 
-// The staged x rows and weights; with splits, at least the partial tile the cluster adds.
-template <int J>
+template <typename T>
 size_t smem_bytes(const Tiling& t) {
-  const size_t staged = static_cast<size_t>(kCI) * t.row + static_cast<size_t>(kCI) * t.tpg * kOB;
-  const size_t partial = t.splits > 1 ? static_cast<size_t>(kOB) * 32 * J : 0;
-  return sizeof(float) * std::max(staged, partial);
+  return sizeof(float) * (static_cast<size_t>(kCI) * t.row + static_cast<size_t>(kCI) * t.tpg * kOB);
 }
 
-// Adds the cluster's partial tiles (each block's acc, written to its own shared memory) in
-// rank order; block `split` stores rows [split, split + 1) * kOB / splits of the sum.
-template <typename T, int J>
-__device__ __forceinline__ void cluster_reduce_store(const ConvParams& p, const Tiling& tl, float* part,
-                                                     const float (&acc)[4][J], int split, int g, int ot, int64_t t0,
-                                                     int64_t b) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kTB = 32 * J;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // every warp is done reading the staged tiles that `part` overlays
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < J; ++j) part[(warp * 4 + i) * kTB + lane + 32 * j] = acc[i][j];
-  ptx::cluster_sync();  // every block's partial tile is written
-  const int rows = kOB / tl.splits;
-  const uint32_t base = ptx::smem_addr(part);
-  T* y = static_cast<T*>(p.y) + b * p.sy_b;
-  const T* bias = static_cast<const T*>(p.bias);
-  for (int idx = threadIdx.x; idx < rows * kTB; idx += kThreads) {
-    const int r = split * rows + idx / kTB, col = idx % kTB;
-    float v = 0.f;
-    for (int q = 0; q < tl.splits; ++q) v += ptx::ld_shared_cluster_f32(base + 4u * (r * kTB + col), q);
-    const int o = ot * kOB + r;
-    const int64_t t = t0 + col;
-    if (o < p.cout_g && t < p.L) {
-      const int64_t oc = static_cast<int64_t>(g) * p.cout_g + o;
-      y[oc * p.sy_c + t] = from_float<T>(v + (bias ? to_float(bias[oc]) : 0.f));
-    }
-  }
-  ptx::cluster_sync();  // no block leaves while another still reads its partial tile
-#else
-  __trap();  // the host launches clusters only on sm_90a builds
-#endif
-}
-
-template <typename T, bool kVec, int J>
+template <typename T, bool kVec>
 __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
   constexpr int V = 16 / sizeof(T);
-  constexpr int kTB = 32 * J;
   extern __shared__ float smem[];
   float* xs = smem;                // [kCI][row]
   float* ws = smem + kCI * tl.row;  // [kCI][tpg][kOB]
 
   const int64_t n_ot = ceil_div(p.cout_g, kOB);
   const int64_t n_tt = ceil_div(p.L, kTB);
-  // The blocks of a cluster are consecutive: one tile, a slice of the input channels each
-  // (a multiple of kCI channels, the last ones possibly empty).
-  const int split = static_cast<int>(blockIdx.x % tl.splits);
-  const int per = static_cast<int>(ceil_div(ceil_div(p.cin_g, tl.splits), kCI) * kCI);
-  const int c_lo = split * per, c_hi = min(p.cin_g, c_lo + per);
-  int64_t bid = blockIdx.x / tl.splits;
+  int64_t bid = blockIdx.x;
   const int ot = static_cast<int>(bid % n_ot);
   bid /= n_ot;
   const int g = static_cast<int>(bid % p.groups);
@@ -150,11 +94,11 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
   const T* x = static_cast<const T*>(p.x) + b * p.sx_b + static_cast<int64_t>(g) * p.cin_g * p.sx_c;
   const T* w = static_cast<const T*>(p.w);
 
-  float acc[4][J];
+  float acc[4][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < J; ++j) acc[i][j] = 0.f;
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
 
   for (int k0 = 0; k0 < p.K; k0 += tl.tpg) {
     const int nt = min(tl.tpg, p.K - k0);
@@ -163,12 +107,12 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
     const int off = static_cast<int>(ws0 - a0);
     const int nchunks = static_cast<int>(ceil_div(off + kTB + (nt - 1) * p.dilation, V));
 
-    for (int c0 = c_lo; c0 < c_hi; c0 += kCI) {
+    for (int c0 = 0; c0 < p.cin_g; c0 += kCI) {
       __syncthreads();  // the previous step's readers are done with xs / ws
       for (int idx = threadIdx.x; idx < kCI * nchunks; idx += kThreads) {
         const int ci = idx / nchunks, ch = idx - ci * nchunks;
         float* dst = xs + ci * tl.row + ch * V;
-        if (c0 + ci < c_hi) {
+        if (c0 + ci < p.cin_g) {
           stage_row_chunk<T, kVec>(dst, x + (c0 + ci) * p.sx_c, p.sx_t, a0 + static_cast<int64_t>(ch) * V, p.L,
                                    tf32);
         } else {
@@ -178,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
       }
       for (int idx = threadIdx.x; idx < kCI * nt * kOB; idx += kThreads) {
         const int o = idx % kOB, k = (idx / kOB) % nt, ci = idx / (kOB * nt);
-        const bool ok = (ot * kOB + o < p.cout_g) && (c0 + ci < c_hi);
+        const bool ok = (ot * kOB + o < p.cout_g) && (c0 + ci < p.cin_g);
         // transposed: an input gradient's weights read from the forward's (ConvParams::w_transposed);
         // consecutive o are then K elements apart, closer than the forward layout's cin_g * K
         const int64_t og = static_cast<int64_t>(ot) * kOB + o, ic = c0 + ci;
@@ -188,17 +132,17 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
       }
       __syncthreads();
 
-      const int cmax = min(kCI, c_hi - c0);
+      const int cmax = min(kCI, p.cin_g - c0);
       for (int ci = 0; ci < cmax; ++ci) {
         const float* xr = xs + ci * tl.row + off + lane;
         for (int k = 0; k < nt; ++k) {
           const float4 wv = *reinterpret_cast<const float4*>(ws + (ci * tl.tpg + k) * kOB + warp * 4);
           const float* xk = xr + k * p.dilation;
-          float xv[J];
+          float xv[4];
 #pragma unroll
-          for (int j = 0; j < J; ++j) xv[j] = xk[32 * j];
+          for (int j = 0; j < 4; ++j) xv[j] = xk[32 * j];
 #pragma unroll
-          for (int j = 0; j < J; ++j) {
+          for (int j = 0; j < 4; ++j) {
             acc[0][j] = fmaf(wv.x, xv[j], acc[0][j]);
             acc[1][j] = fmaf(wv.y, xv[j], acc[1][j]);
             acc[2][j] = fmaf(wv.z, xv[j], acc[2][j]);
@@ -209,10 +153,6 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
     }
   }
 
-  if (tl.splits > 1) {
-    cluster_reduce_store<T, J>(p, tl, smem, acc, split, g, ot, t0, b);
-    return;
-  }
   T* y = static_cast<T*>(p.y) + b * p.sy_b;
   const T* bias = static_cast<const T*>(p.bias);
 #pragma unroll
@@ -222,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
     const int64_t oc = static_cast<int64_t>(g) * p.cout_g + o;
     const float bv = bias ? to_float(bias[oc]) : 0.f;
 #pragma unroll
-    for (int j = 0; j < J; ++j) {
+    for (int j = 0; j < 4; ++j) {
       const int64_t t = t0 + lane + 32 * j;
       if (t < p.L) y[oc * p.sy_c + t] = from_float<T>(acc[i][j] + bv);
     }
@@ -324,18 +264,11 @@ void launch_rows(const ConvParams& p, const Tiling& tl, int64_t blocks, size_t s
   CAUSALCONV_CHECK_LAUNCH(name);
 }
 
-template <int J>
-struct Dense {
-  template <typename T, bool kVec>
-  struct Kernel {
-    static void launch(unsigned grid, size_t smem, cudaStream_t s, const ConvParams& p, const dense::Tiling& tl) {
-      if (tl.splits > 1) {
-        launch_ex("conv_fwd_generic", false, tl.splits, dense::kernel<T, kVec, J>, grid, kThreads, smem, s, p, tl);
-      } else {
-        dense::kernel<T, kVec, J><<<grid, kThreads, smem, s>>>(p, tl);
-      }
-    }
-  };
+template <typename T, bool kVec>
+struct DenseKernel {
+  static void launch(unsigned grid, size_t smem, cudaStream_t s, const ConvParams& p, const dense::Tiling& tl) {
+    dense::kernel<T, kVec><<<grid, kThreads, smem, s>>>(p, tl);
+  }
 };
 template <typename T, bool kVec>
 struct DepthwiseKernel {
@@ -344,22 +277,11 @@ struct DepthwiseKernel {
   }
 };
 
-// 128-step tiles where they fill the GPU; else 32-step tiles and, where clusters can run, the
-// input channels split over up to kMaxSplits blocks per tile (at least kCI channels each)
-// until the blocks fill it.
 template <typename T>
-void launch_dense(const ConvParams& p, bool clusters, int sms, cudaStream_t stream) {
-  auto tiles = [&](int64_t steps) { return ceil_div(p.cout_g, dense::kOB) * p.groups * ceil_div(p.L, steps) * p.B; };
-  if (tiles(128) >= sms) {
-    const dense::Tiling tl = dense::tiling<T, 4>(p, 1);
-    launch_rows<T, Dense<4>::Kernel>(p, tl, tiles(128), dense::smem_bytes<4>(tl), "conv_fwd_generic", stream);
-    return;
-  }
-  int splits = 1;
-  const int64_t slices = ceil_div(p.cin_g, dense::kCI);
-  while (clusters && splits < dense::kMaxSplits && splits * 2 <= slices && tiles(32) * splits < sms) splits *= 2;
-  const dense::Tiling tl = dense::tiling<T, 1>(p, splits);
-  launch_rows<T, Dense<1>::Kernel>(p, tl, tiles(32) * splits, dense::smem_bytes<1>(tl), "conv_fwd_generic", stream);
+void launch_dense(const ConvParams& p, cudaStream_t stream) {
+  const dense::Tiling tl = dense::tiling<T>(p);
+  const int64_t blocks = ceil_div(p.cout_g, dense::kOB) * p.groups * ceil_div(p.L, dense::kTB) * p.B;
+  launch_rows<T, DenseKernel>(p, tl, blocks, dense::smem_bytes<T>(tl), "conv_fwd_generic", stream);
 }
 
 template <typename T>
@@ -371,11 +293,11 @@ void launch_depthwise(const ConvParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_fwd_generic(const ConvParams& p, at::ScalarType dtype, bool clusters, int sm_count, cudaStream_t stream) {
+void launch_fwd_generic(const ConvParams& p, at::ScalarType dtype, cudaStream_t stream) {
   switch (dtype) {
-    case at::kFloat: return launch_dense<float>(p, clusters, sm_count, stream);
-    case at::kHalf: return launch_dense<__half>(p, clusters, sm_count, stream);
-    case at::kBFloat16: return launch_dense<__nv_bfloat16>(p, clusters, sm_count, stream);
+    case at::kFloat: return launch_dense<float>(p, stream);
+    case at::kHalf: return launch_dense<__half>(p, stream);
+    case at::kBFloat16: return launch_dense<__nv_bfloat16>(p, stream);
     default: CAUSALCONV_CHECK(false, "causalconv: generic kernel supports float32, float16, bfloat16; got ", dtype);
   }
 }

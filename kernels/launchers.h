@@ -10,10 +10,8 @@ namespace causalconv {
 
 enum class TcKernel : int { kWgmma = 0, kMmaSync = 1 };
 
-// CUDA-core kernels: every configuration (float32, float16, bfloat16).  `clusters`: the GPU
-// and the build run thread-block clusters with distributed shared memory (sm_90a), which
-// small problems use to split their input channels (fwd_generic.cu).
-void launch_fwd_generic(const ConvParams& p, at::ScalarType dtype, bool clusters, int sm_count, cudaStream_t stream);
+// CUDA-core kernels: every configuration (float32, float16, bfloat16).
+void launch_fwd_generic(const ConvParams& p, at::ScalarType dtype, cudaStream_t stream);
 // One input channel per group (depthwise, any channel multiplier).
 void launch_fwd_depthwise(const ConvParams& p, at::ScalarType dtype, cudaStream_t stream);
 // Tensor cores.  Needs x unit-stride along L with 16-byte aligned rows, L a multiple of

@@ -257,18 +257,6 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) 
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
-// A float from the shared memory of block `cta` of the cluster, at the offset `addr` has in
-// this block's (distributed shared memory; ordered after that block's stores by a
-// cluster_sync between them).
-__device__ __forceinline__ float ld_shared_cluster_f32(uint32_t addr, uint32_t cta) {
-  float v;
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %1, %2;\nld.shared::cluster.f32 %0, [remote];\n}\n"
-      : "=f"(v)
-      : "r"(addr), "r"(cta)
-      : "memory");
-  return v;
-}
 // TMA store: writes the box at element coordinates (c0 innermost, c1, c2) of a 3-D map from
 // shared memory (src, laid out as the map's swizzle says) to global memory; elements
 // outside the tensor are not written.  The copy joins this thread's current bulk group.

@@ -6,7 +6,8 @@
 Shapes are small (the sanitizer slows kernels 10-100x) but cover partial tiles, halos
 larger than a tile, groups, depthwise (under 'generic' and 'depthwise'), both fp32 modes and
 a 16-bit type.  SANITIZE_KERNELS
-(e.g. "wgmma") limits the run to some kernel families: racecheck is slow."""
+(e.g. "wgmma") limits the run to some kernel families, SANITIZE_MAX_ELEMS (e.g. 2000000) to
+the cases whose x and y have at most that many elements: racecheck is slow."""
 
 import os
 import sys
@@ -21,6 +22,7 @@ ext = _build.load()
 kernels = ["generic", "depthwise", "mma"] + (["wgmma", "wgmma-ra", "wgmma-window"] if ext.has_wgmma() else [])
 if os.environ.get("SANITIZE_KERNELS"):
     kernels = [k for k in kernels if k in os.environ["SANITIZE_KERNELS"].split(",")]
+max_elems = int(os.environ.get("SANITIZE_MAX_ELEMS", "0")) or float("inf")
 cases = [  # B, C_in, C_out, groups, K, dilation, L
     (2, 96, 160, 1, 4, 1, 264),
     (1, 64, 32, 2, 5, 3, 40),
@@ -49,6 +51,8 @@ for kernel in kernels:
     ext.set_forced_kernel(kernel)
     for b, c_in, c_out, groups, k, d, length in cases:
         if kernel != "generic" and length % 8:
+            continue
+        if b * max(c_in, c_out) * length > max_elems:  # SANITIZE_MAX_ELEMS: racecheck's time goes with size
             continue
         # 'depthwise' runs the depthwise cases (the automatic choice for them, and the input
         # gradient's too at one output channel per group), the tensor-core families the others

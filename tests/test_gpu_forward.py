@@ -204,43 +204,14 @@ def test_fp32_channel_split(precision, monkeypatch):
         pytest.skip("the TMA forward needs an sm_90 GPU")
     monkeypatch.setenv("CAUSALCONV_CHANNEL_SPLIT", "1")
     seed = 3000
-    # forced: most of these are small enough that 'auto' takes the CUDA-core kernel
-    with forced_kernel("wgmma"):
-        for b, c_in, c_out, k, dilation, groups, length in ((1, 256, 256, 4, 1, 1, 64), (15, 320, 256, 4, 1, 1, 64),
-                                                            (2, 100, 192, 3, 2, 1, 130), (1, 512, 256, 5, 3, 2, 96)):
-            seed += 1
-            x = make_x((b, c_in, length), torch.float32, DEV, "contiguous", seed)
-            w, bias = _weights(c_out, c_in // groups, k, torch.float32, True, seed)
-            _check(x, w, bias, dilation, groups, precision, f"split {b}x{c_in}->{c_out} K={k} d={dilation} g={groups}")
-            runs = [causal_conv1d(x, w, bias, dilation, groups, precision) for _ in range(2)]
-            assert torch.equal(runs[0], runs[1]), "channel-split forward differs between identical runs"
-
-
-@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
-def test_small_problems_on_cuda_cores(dtype, precision):
-    """Problems of at most 2^25 multiply-adds take the CUDA-core kernel on Hopper (one launch,
-    fewer tiles than multiprocessors: 32-step tiles, the input channels split over a cluster
-    of up to 8 blocks whose partial tiles are added through distributed shared memory in
-    rank order).  Shapes (splits as a 132-multiprocessor GPU plans them): 8 splits of 32
-    channels (L=64, the benchmark's row), 100 channels (4 splits, the last of 4 channels),
-    groups, 40 channels with taps 40 apart (the last of 4 splits empty), 20 taps (two tap
-    groups), a transposed x with an odd length (8 splits, two empty); against float64,
-    bitwise repeatable, one launch of the generic family."""
-    seed = 3900
-    for b, c_in, c_out, k, dilation, groups, length, layout in (
-            (1, 256, 256, 4, 1, 1, 64, "contiguous"), (2, 100, 192, 3, 2, 1, 130, "contiguous"),
-            (1, 512, 256, 5, 3, 2, 96, "contiguous"), (3, 40, 72, 7, 40, 1, 64, "contiguous"),
-            (1, 64, 48, 20, 50, 1, 100, "contiguous"), (2, 96, 160, 4, 1, 1, 77, "transposed")):
+    for b, c_in, c_out, k, dilation, groups, length in ((1, 256, 256, 4, 1, 1, 64), (15, 320, 256, 4, 1, 1, 64),
+                                                        (2, 100, 192, 3, 2, 1, 130), (1, 512, 256, 5, 3, 2, 96)):
         seed += 1
-        x = make_x((b, c_in, length), dtype, DEV, layout, seed)
-        w, bias = _weights(c_out, c_in // groups, k, dtype, True, seed)
-        label = f"small {b}x{c_in}->{c_out} K={k} d={dilation} g={groups} L={length} {layout}"
-        with count_launches() as n:
-            _check(x, w, bias, dilation, groups, precision, label)
-        if ext().has_wgmma():
-            assert n["generic"] == 1 and sum(n.values()) == 1, (label, n)
+        x = make_x((b, c_in, length), torch.float32, DEV, "contiguous", seed)
+        w, bias = _weights(c_out, c_in // groups, k, torch.float32, True, seed)
+        _check(x, w, bias, dilation, groups, precision, f"split {b}x{c_in}->{c_out} K={k} d={dilation} g={groups}")
         runs = [causal_conv1d(x, w, bias, dilation, groups, precision) for _ in range(2)]
-        assert torch.equal(runs[0], runs[1]), f"{label}: differs between identical runs"
+        assert torch.equal(runs[0], runs[1]), "channel-split forward differs between identical runs"
 
 
 @pytest.mark.parametrize("mode", ["1", "2"])
@@ -522,37 +493,35 @@ def test_forward_as_dependent_launch(dtype, precision, monkeypatch):
     for seed, (b, c_in, c_out, k, dilation, length) in enumerate(((2, 256, 256, 4, 1, 8192),
                                                                   (sms // 8 + 1, 128, 128, 5, 2, 2048),
                                                                   (1, 256, 256, 4, 1, 64))):
-        # 'auto' takes the CUDA-core kernel for the smallest shape: the TMA path is what is tested
-        with forced_kernel("wgmma" if b * c_in * c_out * k * length <= 1 << 25 else "auto"):
-            x0 = make_x((b, c_in, length), dtype, DEV, "contiguous", 4000 + seed)
-            w0, bias = _weights(c_out, c_in, k, dtype, True, 4000 + seed)
-            eye_x = torch.eye(c_in, device=DEV, dtype=dtype)
-            eye_w = torch.eye(c_out, device=DEV, dtype=dtype)
-            outs = {}
-            for pdl in ("0", "1"):
-                monkeypatch.setenv("CAUSALCONV_PDL", pdl)
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    # x and the weights come from kernels just queued on the same stream
-                    x = torch.matmul(eye_x, x0)
-                    w = torch.matmul(eye_w, w0.flatten(1)).view_as(w0)
-                    with poisoned_outputs():
-                        outs[pdl] = causal_conv1d(x, w, bias, dilation, 1, precision)
-                torch.cuda.current_stream().wait_stream(s)
-            torch.cuda.synchronize()
-            label = f"PDL {b}x{c_in}->{c_out} K={k} d={dilation} L={length}"
-            assert torch.equal(outs["0"], outs["1"]), f"{label}: dependent launch changed the output"
-            assert_close(outs["1"], exact_forward(x0, w0, bias, dilation, 1, precision), dtype, precision, label=label,
-                         terms=c_in * k)
-            graph = torch.cuda.CUDAGraph()
-            static_x = x0.clone()
-            with torch.cuda.graph(graph):
-                static_y = causal_conv1d(static_x, w0, bias, dilation, 1, precision)
-            static_x.copy_(torch.flip(x0, dims=[2]))
-            graph.replay()
-            torch.cuda.synchronize()
-            monkeypatch.setenv("CAUSALCONV_PDL", "0")
-            assert torch.equal(static_y, causal_conv1d(static_x, w0, bias, dilation, 1, precision)), f"{label}: graph replay"
+        x0 = make_x((b, c_in, length), dtype, DEV, "contiguous", 4000 + seed)
+        w0, bias = _weights(c_out, c_in, k, dtype, True, 4000 + seed)
+        eye_x = torch.eye(c_in, device=DEV, dtype=dtype)
+        eye_w = torch.eye(c_out, device=DEV, dtype=dtype)
+        outs = {}
+        for pdl in ("0", "1"):
+            monkeypatch.setenv("CAUSALCONV_PDL", pdl)
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                # x and the weights come from kernels just queued on the same stream
+                x = torch.matmul(eye_x, x0)
+                w = torch.matmul(eye_w, w0.flatten(1)).view_as(w0)
+                with poisoned_outputs():
+                    outs[pdl] = causal_conv1d(x, w, bias, dilation, 1, precision)
+            torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        label = f"PDL {b}x{c_in}->{c_out} K={k} d={dilation} L={length}"
+        assert torch.equal(outs["0"], outs["1"]), f"{label}: dependent launch changed the output"
+        assert_close(outs["1"], exact_forward(x0, w0, bias, dilation, 1, precision), dtype, precision, label=label,
+                     terms=c_in * k)
+        graph = torch.cuda.CUDAGraph()
+        static_x = x0.clone()
+        with torch.cuda.graph(graph):
+            static_y = causal_conv1d(static_x, w0, bias, dilation, 1, precision)
+        static_x.copy_(torch.flip(x0, dims=[2]))
+        graph.replay()
+        torch.cuda.synchronize()
+        monkeypatch.setenv("CAUSALCONV_PDL", "0")
+        assert torch.equal(static_y, causal_conv1d(static_x, w0, bias, dilation, 1, precision)), f"{label}: graph replay"
 
 
 def test_cuda_graph_capture_and_current_stream():
