@@ -135,4 +135,10 @@ void with_element_type(c10::ScalarType dtype, const char* kernel, F&& f) {
   }
 }
 
+// Both, as the CUDA-core weight gradients launch: f(T{}, std::integral_constant<int, taps>{}).
+template <typename F>
+void with_type_and_taps(c10::ScalarType dtype, int taps, const char* kernel, F&& f) {
+  with_element_type(dtype, kernel, [&](auto elem) { with_tap_group(taps, kernel, [&](auto t) { f(elem, t); }); });
+}
+
 }  // namespace causalconv

@@ -57,12 +57,10 @@ struct Plan {
 template <typename T>
 constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte copy
 
-int elem_bytes(at::ScalarType dtype) { return dtype == at::kFloat ? 4 : 2; }
-
 // The staged kernel's x window per stage: the chunk, the taps' span and up to a copy's worth of
 // misalignment in front, in whole copies; 0 where the staged kernel cannot run.
 int staged_x_elems(const WgradParams& p, int kg, at::ScalarType dtype) {
-  const int e = elem_bytes(dtype), vec = 16 / e;
+  const int e = static_cast<int>(c10::elementSize(dtype)), vec = 16 / e;
   const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.dy) % 16 == 0 &&
                        p.L % vec == 0;
   const int64_t span = static_cast<int64_t>(kg - 1) * p.dilation;
@@ -296,10 +294,8 @@ void launch_wgrad_depthwise(const WgradParams& p, at::ScalarType dtype, int sm_c
   CAUSALCONV_CHECK(p.splits == pl.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ", pl.splits);
   CAUSALCONV_CHECK(!p.tap_major, "causalconv: the depthwise weight gradient writes dw's own layout");
   static_assert(kMaxTaps == 8, "with_tap_group maps 1 to 8 taps");
-  with_element_type(dtype, "the depthwise weight gradient", [&](auto elem) {
-    using T = decltype(elem);
-    with_tap_group(pl.kg, "the depthwise weight gradient",
-                   [&](auto taps) { launch_taps<T, decltype(taps)::value>(p, pl, stream); });
+  with_type_and_taps(dtype, pl.kg, "the depthwise weight gradient", [&](auto elem, auto taps) {
+    launch_taps<decltype(elem), decltype(taps)::value>(p, pl, stream);
   });
 }
 

@@ -166,10 +166,8 @@ void launch_wgrad_generic(const WgradParams& p, at::ScalarType dtype, int sm_cou
   const Plan pl = make_plan(p, sm_count);
   CAUSALCONV_CHECK(p.splits == pl.splits, "causalconv: workspace sized for ", p.splits, " splits, plan needs ", pl.splits);
   static_assert(kMaxTaps == 8, "with_tap_group maps 1 to 8 taps");
-  with_element_type(dtype, "the CUDA-core weight gradient", [&](auto elem) {
-    using T = decltype(elem);
-    with_tap_group(pl.kg, "the CUDA-core weight gradient",
-                   [&](auto taps) { launch_taps<T, decltype(taps)::value>(p, pl, stream); });
+  with_type_and_taps(dtype, pl.kg, "the CUDA-core weight gradient", [&](auto elem, auto taps) {
+    launch_taps<decltype(elem), decltype(taps)::value>(p, pl, stream);
   });
 }
 
