@@ -38,7 +38,7 @@ _lock = threading.Lock()
 _module = None
 _error: str | None = None
 
-_SOURCES = ("bindings.cpp", "autograd.cpp", "dispatch.cu", "fwd_generic.cu", "fwd_tc.cu", "fwd_tma.cu", "fwd_rs.cu",
+_SOURCES = ("bindings.cpp", "autograd.cpp", "dispatch.cu", "fwd_generic.cu", "fwd_depthwise.cu", "fwd_tc.cu", "fwd_tma.cu", "fwd_rs.cu",
             "fwd_tc_f32.cu", "fwd_tc_bf16.cu", "fwd_tc_f16.cu", "wgrad_generic.cu", "wgrad_depthwise.cu", "wgrad_tc.cu",
             "wgrad_rs.cu", "split_reduce.cu", "weight_flip.cu", "scratch.cu", "tensor_map.cu")
 

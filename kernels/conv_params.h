@@ -35,9 +35,10 @@ struct ConvParams {
   // The input gradient's weights without a copy: p.w then holds the forward's weight,
   // contiguous (groups * cin_g, cout_g, K), and the launch multiplies by it transposed per
   // group and tap-reversed, w[g*cout_g + o, i, k] = p.w[g*cin_g + i, o, K-1-k].  The kernels
-  // that read the weights through the weight image (weight_image.cuh) and the dense CUDA-core
-  // forward (fwd_generic.cu) accept it; the dispatcher hands the depthwise one a materialized
-  // copy.
+  // that read the weights through the weight image (weight_image.cuh) and the CUDA-core
+  // forwards (fwd_generic.cu, fwd_depthwise.cu) accept it; the dispatcher writes a
+  // transposed copy instead only where the image kernel's strided reads would cost more
+  // (transposed_image_pays in dispatch.cu).
   bool w_transposed = false;
 
   // The TMA forward's input-channel split (fwd_tma.cu): csplits blocks share each tile, each

@@ -184,8 +184,8 @@ bool transposed_image_pays(const ConvParams& p) {
 
 // Forward-style launch: y[b, o, t] = bias + sum w[o, i, k] * x[b, i, t + k*dilation + shift].
 // For the input gradient (is_input_grad) w_in is the forward's weight and the launch's w its
-// per-group transpose, tap-reversed (ConvParams::w_transposed): the kernels that read the
-// weight image take it as it is, and the others a copy written here.
+// per-group transpose, tap-reversed (ConvParams::w_transposed): every kernel reads it so,
+// unless the weight image of a large problem is cheaper to write from a copy written here.
 at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10::optional<at::Tensor>& bias,
                        int64_t dilation, int64_t groups, int64_t shift, Precision prec, bool is_input_grad,
                        Neighbours neighbours = Neighbours::kNone) {
@@ -219,10 +219,11 @@ at::Tensor run_forward(const at::Tensor& x_in, const at::Tensor& w_in, const c10
   p.sx_b = x.stride(0);
   p.sx_c = x.stride(1);
   p.sx_t = x.stride(2);
-  // The tensor-core families read the weights through the image, the dense CUDA-core kernel
-  // while staging them; both can read them transposed, the depthwise one cannot.
+  // The tensor-core families read the weights through the image, the CUDA-core kernels
+  // directly; all can read them transposed (the depthwise ones tap-reversed, the per-group
+  // transpose of one input channel being the identity).
   const bool reads_image = c.kind == KernelKind::kFwdWgmma || c.kind == KernelKind::kFwdMma;
-  const bool reads_transposed = c.kind == KernelKind::kFwdGeneric || (reads_image && transposed_image_pays(p));
+  const bool reads_transposed = !reads_image || transposed_image_pays(p);
   at::Tensor w_copy;
   if (is_input_grad && !reads_transposed) {
     w_copy = at::empty({C_out, p.cin_g, K}, w.options());

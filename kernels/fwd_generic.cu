@@ -13,34 +13,12 @@
 
 #include "common.cuh"
 #include "launchers.h"
+#include "row_loads.cuh"
 
 namespace causalconv {
 namespace {
 
 constexpr int kThreads = 256;
-
-// Stage one x row segment [a0, a0 + width) (a0 a multiple of V) of channel row `src`
-// into dst as fp32 operands, zero outside [0, L).  Row-parallel over `lanes` threads.
-template <typename T, bool kVec>
-__device__ __forceinline__ void stage_row_chunk(float* dst, const T* src, int64_t sx_t, int64_t t, int64_t L,
-                                                bool tf32) {
-  constexpr int V = 16 / sizeof(T);
-  if (kVec && t >= 0 && t + V <= L) {
-    union {
-      uint4 u;
-      T e[V];
-    } v;
-    v.u = *reinterpret_cast<const uint4*>(src + t);
-#pragma unroll
-    for (int e = 0; e < V; ++e) dst[e] = operand(to_float(v.e[e]), tf32);
-  } else {
-#pragma unroll
-    for (int e = 0; e < V; ++e) {
-      const int64_t te = t + e;
-      dst[e] = (te >= 0 && te < L) ? operand(to_float(src[te * sx_t]), tf32) : 0.f;
-    }
-  }
-}
 
 // ---------------------------------------------------------------------------------
 // Dense / grouped: a block computes kOB output channels x kTB time steps.  Warp w owns
@@ -101,11 +79,7 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
 
   for (int k0 = 0; k0 < p.K; k0 += tl.tpg) {
-    const int nt = min(tl.tpg, p.K - k0);
-    const int64_t ws0 = t0 + static_cast<int64_t>(k0) * p.dilation + p.shift;
-    const int64_t a0 = floor_div(ws0, V) * V;
-    const int off = static_cast<int>(ws0 - a0);
-    const int nchunks = static_cast<int>(ceil_div(off + kTB + (nt - 1) * p.dilation, V));
+    const auto [nt, off, nchunks, a0] = tap_group_window<T>(p, t0, k0, tl.tpg, kTB);
 
     for (int c0 = 0; c0 < p.cin_g; c0 += kCI) {
       __syncthreads();  // the previous step's readers are done with xs / ws
@@ -170,125 +144,17 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
 }
 }  // namespace dense
 
-// ---------------------------------------------------------------------------------
-// One input channel per group (depthwise, with any channel multiplier): memory-bound, so
-// a block streams one output row segment of kTB steps; thread j owns j, j+256, ...
-namespace depthwise {
-constexpr int kTB = 1024;
-constexpr int kMaxSpan = 4096;
-
-struct Tiling {
-  int tpg;
-  int row;
-};
-
-template <typename T>
-Tiling tiling(const ConvParams& p) {
-  constexpr int V = 16 / sizeof(T);
-  Tiling t;
-  t.tpg = std::max(1, std::min(p.K, 1 + kMaxSpan / p.dilation));
-  t.row = kTB + (t.tpg - 1) * p.dilation + 2 * V;
-  return t;
-}
-
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kThreads) kernel(ConvParams p, Tiling tl) {
-  constexpr int V = 16 / sizeof(T);
-  constexpr int kPer = kTB / kThreads;
-  extern __shared__ float xs[];
-
-  const int64_t n_tt = ceil_div(p.L, kTB);
-  int64_t bid = blockIdx.x;
-  const int64_t oc = bid % p.C_out;
-  bid /= p.C_out;
-  const int64_t t0 = (bid % n_tt) * kTB;
-  const int64_t b = bid / n_tt;
-  const int64_t ic = oc / p.cout_g;  // the group's single input channel
-
-  const bool tf32 = p.precision == Precision::kTF32;
-  const T* x = static_cast<const T*>(p.x) + b * p.sx_b + ic * p.sx_c;
-  const T* w = static_cast<const T*>(p.w) + oc * p.K;
-
-  float acc[kPer];
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) acc[j] = 0.f;
-
-  for (int k0 = 0; k0 < p.K; k0 += tl.tpg) {
-    const int nt = min(tl.tpg, p.K - k0);
-    const int64_t ws0 = t0 + static_cast<int64_t>(k0) * p.dilation + p.shift;
-    const int64_t a0 = floor_div(ws0, V) * V;
-    const int off = static_cast<int>(ws0 - a0);
-    const int nchunks = static_cast<int>(ceil_div(off + kTB + (nt - 1) * p.dilation, V));
-    __syncthreads();
-    for (int ch = threadIdx.x; ch < nchunks; ch += kThreads) {
-      stage_row_chunk<T, kVec>(xs + ch * V, x, p.sx_t, a0 + static_cast<int64_t>(ch) * V, p.L, tf32);
-    }
-    __syncthreads();
-    for (int k = 0; k < nt; ++k) {
-      const float wv = operand(to_float(w[k0 + k]), tf32);
-      const float* xk = xs + off + threadIdx.x + k * p.dilation;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) acc[j] = fmaf(wv, xk[j * kThreads], acc[j]);
-    }
-  }
-
-  T* y = static_cast<T*>(p.y) + b * p.sy_b + oc * p.sy_c;
-  const float bv = p.bias ? to_float(static_cast<const T*>(p.bias)[oc]) : 0.f;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int64_t t = t0 + threadIdx.x + j * kThreads;
-    if (t < p.L) y[t] = from_float<T>(acc[j] + bv);
-  }
-}
-}  // namespace depthwise
-
-// Rows can be read 16 bytes at a time when x is unit-stride along L and every row
-// starts on a 16-byte boundary.
-template <typename T>
-bool rows_vectorizable(const ConvParams& p) {
-  constexpr int V = 16 / sizeof(T);
-  return p.sx_t == 1 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.sx_c % V == 0 && p.sx_b % V == 0;
-}
-
-// Launches the 16-byte-load variant when the rows allow it.
-template <typename T, template <typename, bool> class Kernel, typename Tiling>
-void launch_rows(const ConvParams& p, const Tiling& tl, int64_t blocks, size_t smem, const char* name,
-                 cudaStream_t stream) {
-  CAUSALCONV_CHECK(blocks <= INT32_MAX, "causalconv: problem too large for one launch of ", name);
-  const auto grid = static_cast<unsigned>(blocks);
-  if (rows_vectorizable<T>(p)) {
-    Kernel<T, true>::launch(grid, smem, stream, p, tl);
-  } else {
-    Kernel<T, false>::launch(grid, smem, stream, p, tl);
-  }
-  CAUSALCONV_CHECK_LAUNCH(name);
-}
-
 template <typename T, bool kVec>
 struct DenseKernel {
   static void launch(unsigned grid, size_t smem, cudaStream_t s, const ConvParams& p, const dense::Tiling& tl) {
     dense::kernel<T, kVec><<<grid, kThreads, smem, s>>>(p, tl);
   }
 };
-template <typename T, bool kVec>
-struct DepthwiseKernel {
-  static void launch(unsigned grid, size_t smem, cudaStream_t s, const ConvParams& p, const depthwise::Tiling& tl) {
-    depthwise::kernel<T, kVec><<<grid, kThreads, smem, s>>>(p, tl);
-  }
-};
-
 template <typename T>
 void launch_dense(const ConvParams& p, cudaStream_t stream) {
   const dense::Tiling tl = dense::tiling<T>(p);
   const int64_t blocks = ceil_div(p.cout_g, dense::kOB) * p.groups * ceil_div(p.L, dense::kTB) * p.B;
   launch_rows<T, DenseKernel>(p, tl, blocks, dense::smem_bytes<T>(tl), "conv_fwd_generic", stream);
-}
-
-template <typename T>
-void launch_depthwise(const ConvParams& p, cudaStream_t stream) {
-  const depthwise::Tiling tl = depthwise::tiling<T>(p);
-  const int64_t blocks = p.C_out * ceil_div(p.L, depthwise::kTB) * p.B;
-  launch_rows<T, DepthwiseKernel>(p, tl, blocks, sizeof(float) * tl.row, "conv_fwd_depthwise", stream);
 }
 
 }  // namespace
@@ -299,16 +165,6 @@ void launch_fwd_generic(const ConvParams& p, at::ScalarType dtype, cudaStream_t 
     case at::kHalf: return launch_dense<__half>(p, stream);
     case at::kBFloat16: return launch_dense<__nv_bfloat16>(p, stream);
     default: CAUSALCONV_CHECK(false, "causalconv: generic kernel supports float32, float16, bfloat16; got ", dtype);
-  }
-}
-
-void launch_fwd_depthwise(const ConvParams& p, at::ScalarType dtype, cudaStream_t stream) {
-  CAUSALCONV_CHECK(p.cin_g == 1, "causalconv: depthwise kernel needs one input channel per group");
-  switch (dtype) {
-    case at::kFloat: return launch_depthwise<float>(p, stream);
-    case at::kHalf: return launch_depthwise<__half>(p, stream);
-    case at::kBFloat16: return launch_depthwise<__nv_bfloat16>(p, stream);
-    default: CAUSALCONV_CHECK(false, "causalconv: depthwise kernel supports float32, float16, bfloat16; got ", dtype);
   }
 }
 

@@ -75,8 +75,9 @@ void launch_split_reduce(const float* ws, void* out, int64_t n, int splits, at::
                          bool as_dependent, int tap_k = 0);
 
 // The input gradient's weights, wt[g*cin_g + i, o, k] = w[g*cout_g + o, i, K-1-k], both
-// contiguous, elements of 2 or 4 bytes (weight_flip.cu): for the kernels that read weights
-// directly; the tensor-core ones read w so while writing their image (ConvParams::w_transposed).
+// contiguous, elements of 2 or 4 bytes (weight_flip.cu): for the tensor-core kernels' large
+// input gradients, where reading w so while writing their image (ConvParams::w_transposed)
+// costs more than the copy.
 void launch_weight_flip(const void* w, void* wt, int64_t groups, int cout_g, int cin_g, int K, int64_t elem_size,
                         cudaStream_t stream);
 

@@ -4,10 +4,11 @@
 // and the copy after it.  (torch.profiler had put aten::flip first among a small backward's
 // CPU costs; with this kernel the 4x512->512 bf16 backward still took 168 -> 166 us per
 // back-to-back call, but that measure includes waiting for the GPU, whose kernels take
-// about as long there, so whether the CPU time fell is not known.)  Since then only the
-// CUDA-core forwards (generic, depthwise) take this copy: the tensor-core families read the
-// forward's weight transposed while writing their weight image (ConvParams::w_transposed),
-// one kernel and one launch fewer per input gradient.
+// about as long there, so whether the CPU time fell is not known.)  Since then every
+// forward family reads the forward's weight transposed itself (ConvParams::w_transposed),
+// one kernel and one launch fewer per input gradient; this copy is left to the tensor-core
+// kernels' large input gradients, whose weight image is cheaper to write from it
+// (transposed_image_pays in dispatch.cu).
 #include <ATen/ATen.h>
 
 #include "common.cuh"

@@ -1,9 +1,13 @@
 """Depthwise causal convolutions (groups = channels, the Mamba / Hyena short conv): the
 forward, the weight gradient alone and the whole backward against F.pad + F.conv1d in the
-same process (median CUDA-event times, L2 flushed), and the weight gradient on the dense
-CUDA-core kernel (forced 'generic', what depthwise layers ran before wgrad_depthwise.cu)
-beside the depthwise one; each result's normwise error against float64.
+same process (median CUDA-event times, L2 flushed), ours twice: with the forward and input
+gradient on the register kernel of fwd_depthwise.cu ("ours", CAUSALCONV_DEPTHWISE_REGISTERS=1)
+and on its staged kernel ("staged", =0, the default until the register kernel has run);
+and the weight gradient on the dense CUDA-core kernel (forced 'generic', what depthwise
+layers ran before wgrad_depthwise.cu) beside the depthwise one; each result's normwise
+error against float64.
     python scripts/depthwise_bench.py [dtype] [B,C,K,d,L ...]"""
+import os
 import sys
 from pathlib import Path
 
@@ -39,7 +43,9 @@ for b, c, k, d, length in shapes:
     gbytes = 2 * x.numel() * x.element_size() / 1e9  # x and dy (or y), read or written once
     print(f"B={b} C={c} K={k} d={d} L={length} {dtype}: floor {gbytes / 4.2e3 * 1e6:.1f} us at 4.2 TB/s")
     xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-    for name, fn in (("ours", lambda x_, w_: causal_conv1d(x_, w_, None, d, c)), ("ref", lambda x_, w_: reference(x_, w_, d))):
+    ours = lambda x_, w_: causal_conv1d(x_, w_, None, d, c)  # noqa: E731
+    for name, fn in (("ours", ours), ("staged", ours), ("ref", lambda x_, w_: reference(x_, w_, d))):
+        os.environ["CAUSALCONV_DEPTHWISE_REGISTERS"] = "0" if name == "staged" else "1"
         with torch.no_grad():
             fwd = time_cuda(lambda: fn(x, w))["median_ms"]
         y_w = fn(x, wg)  # weight gradient alone (x without grad)
@@ -48,8 +54,9 @@ for b, c, k, d, length in shapes:
         y_b = fn(xg, wg)
         bwd_ms = time_cuda(lambda: torch.autograd.grad(y_b, [xg, wg], gy, retain_graph=True))["median_ms"]
         gx = torch.autograd.grad(y_b, [xg, wg], gy, retain_graph=True)[0]
-        print(f"  {name:4s} fwd {fwd * 1e3:8.1f} us  dw {dw_ms * 1e3:8.1f} us  bwd {bwd_ms * 1e3:8.1f} us  "
+        print(f"  {name:6s} fwd {fwd * 1e3:8.1f} us  dw {dw_ms * 1e3:8.1f} us  bwd {bwd_ms * 1e3:8.1f} us  "
               f"err dw {rel_err(dw, exact[1]):.1e} dx {rel_err(gx, exact[0]):.1e}")
+    os.environ.pop("CAUSALCONV_DEPTHWISE_REGISTERS")
     y_w = causal_conv1d(x, wg, None, d, c)
     ext.set_forced_kernel("generic")
     try:

@@ -4,10 +4,10 @@
 # - on an H200, the publish: with LONG=1 (about 560 s) scripts/ab_decide.sh with v32's A/B
 #   (CAUSALCONV_RS_MULTICAST), else the committed defaults: benchmark, whole suite, memcheck
 #   over the sm_90a and depthwise kernels (about 450 s);
-# - on an H100, the verification of the committed code: the whole suite, memcheck over every
-#   kernel family, then racecheck over RACECHECK_KERNELS (default depthwise, small cases: its
-#   time grows with size, and three small runs took over 100 s).
-# Logs and h200.json under $OUT.   [LONG=1] [RACECHECK_KERNELS=...] scripts/next_call.sh
+# - on an H100, the verification of the committed code: the depthwise tests, the depthwise
+#   benchmark (the register forward against the staged one and cuDNN), memcheck over the
+#   CUDA-core families, then the whole suite.
+# Logs and h200.json under $OUT.   [LONG=1] scripts/next_call.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-/tmp/causalconv-out}
@@ -25,7 +25,9 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   exit
 fi
 STEPS="env build" STEP_TIMEOUT=150 TAIL=6 scripts/device_check.sh || exit 1
+STEPS=tests PYTEST_K=depthwise PYTEST_ARGS="tests/test_gpu_forward.py tests/test_gpu_backward.py" STEP_TIMEOUT=90 \
+  TAIL=8 scripts/device_check.sh
+cp "$OUT/tests.log" "$OUT/tests-depthwise.log"
+STEPS=depthwise STEP_TIMEOUT=90 TAIL=30 scripts/device_check.sh
+STEPS=memcheck SANITIZE_KERNELS=depthwise,generic STEP_TIMEOUT=90 TAIL=6 scripts/device_check.sh
 STEPS=tests STEP_TIMEOUT=270 TAIL=15 scripts/device_check.sh
-STEPS=memcheck STEP_TIMEOUT=120 TAIL=6 scripts/device_check.sh
-STEPS=sanitize SANITIZE_KERNELS=${RACECHECK_KERNELS:-depthwise} SANITIZE_MAX_ELEMS=2000000 STEP_TIMEOUT=200 TAIL=6 \
-  scripts/device_check.sh

@@ -34,6 +34,7 @@ cases = [  # B, C_in, C_out, groups, K, dilation, L
     (8, 64, 64, 1, 3, 1, 8192),  # more blocks than SMs, so several waves share the scratch image
     (2, 32, 32, 1, 2, 100, 264),  # taps further apart than a weight-gradient stage is long
     (6, 512, 512, 512, 4, 1, 8192),  # depthwise: 3 units per staged weight-gradient block (132 SMs), its ring wraps
+    (2, 24, 24, 24, 8, 1, 2056),  # depthwise, the register forward: 8 taps reach two fp32 chunks back, a short last block
     (1, 48, 40, 1, 40, 1, 64),  # more taps than one weight-gradient tile holds
     (1, 160, 64, 1, 6, 7, 136),  # 16-bit weight gradient, MN-major x: two tiles of taps, three channel blocks
     # the 16-bit forward's 256-step tiles: raw windows of two TMA boxes, filled by three taps 100 apart

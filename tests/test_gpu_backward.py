@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from causalconv import CausalConv1d, ModelNew, causal_conv1d, causal_conv1d_reference
-from helpers import assert_close, count_launches, exact_grads, ext, forced_kernel, make_x, poisoned_outputs
+from helpers import (assert_close, count_launches, exact_forward, exact_grads, ext, forced_kernel, make_x,
+                     poisoned_outputs)
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -171,6 +172,44 @@ def test_depthwise_weight_gradient(dtype, precision, multiplier):
         assert_close(runs[0], exact, dtype, precision, "dw", label=label)
         if len(runs) == 3:
             assert_close(runs[2], exact, dtype, precision, "dw", label=f"{label} dense kernel")
+
+
+@pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("multiplier", [1, 2])
+def test_depthwise_forward_kernels_agree(dtype, precision, multiplier, monkeypatch):
+    """The depthwise forward's two kernels (fwd_depthwise.cu): the register kernel, which
+    CAUSALCONV_DEPTHWISE_REGISTERS=1 lets take dilation 1 with up to 8 taps on 16-byte-aligned
+    rows, and the staged one (=0, the default), sum the same fp32 operands in the same order, so
+    they agree bit for bit, the forward and (multiplier 1, where the input gradient is
+    depthwise too and reads the weights tap-reversed) the input gradient; both within
+    float64's tolerance.  Lengths of one chunk, of several blocks with a short last one,
+    and the taps reaching one or two chunks back (8 taps are two 4-element fp32 chunks);
+    a channel slice of a wider tensor (rows at an offset); K = 9 and dilation 2 take the
+    staged kernel either way."""
+    cases = ((2, 8, 4, 1, 8, "contiguous"), (3, 16, 4, 1, 5000, "contiguous"), (2, 24, 1, 1, 2056, "contiguous"),
+             (2, 8, 2, 1, 1000, "channel_slice"), (1, 16, 3, 1, 4096, "contiguous"), (2, 8, 5, 1, 3072, "contiguous"),
+             (2, 8, 8, 1, 1032, "contiguous"), (2, 8, 9, 1, 1000, "contiguous"), (2, 8, 4, 2, 1000, "contiguous"))
+    for seed, (b, channels, k, dilation, length, layout) in enumerate(cases, 7500):
+        c_out = channels * multiplier
+        x, w, gy, g = _problem(b, channels, c_out, channels, k, length, dtype, seed, layout)
+        bias = torch.randn(c_out, generator=g).to(DEV, dtype)
+        label = f"depthwise x{multiplier} {b}x{channels} K={k} d={dilation} L={length} {layout}"
+        runs = {}
+        for registers in ("1", "0"):
+            monkeypatch.setenv("CAUSALCONV_DEPTHWISE_REGISTERS", registers)
+            with count_launches() as n:
+                runs[registers] = _grads(x, w, bias, gy, dilation, channels, precision)
+                with poisoned_outputs():
+                    runs[registers] = (causal_conv1d(x, w, bias, dilation, channels, precision),) + runs[registers]
+            assert n["depthwise"] == (3 if multiplier == 1 else 2), (label, n)  # forwards, and dx at x1
+        names = ("y", "dx", "dw", "db")
+        for name, a, e in zip(names, runs["1"], runs["0"]):
+            if name in ("y", "dx"):
+                assert torch.equal(a, e), f"{label}: {name} differs between the register and staged kernels"
+        exact_y = exact_forward(x, w, bias, dilation, channels, precision)
+        assert_close(runs["1"][0], exact_y, dtype, precision, label=label, terms=k)
+        exact_dx = exact_grads(x, w, bias, gy, dilation, channels, precision)[0]
+        assert_close(runs["1"][1], exact_dx, dtype, precision, "dx", label=label, terms=multiplier * k)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
