@@ -22,6 +22,7 @@
 
 #include <algorithm>
 
+#include "chunks.cuh"
 #include "common.cuh"
 #include "launchers.h"
 #include "row_loads.cuh"
@@ -103,50 +104,12 @@ constexpr int kPer = 2;                      // 16-byte chunks per thread, kThre
 constexpr int kSegChunks = kThreads * kPer;  // chunks per block
 constexpr int kMaxTaps = 8;
 
-template <typename T>
-constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-
-template <typename T>
-union Chunk {
-  uint4 u;
-  T e[kVec<T>];
-};
-
-// Chunk c of a row (steps c*V .. c*V + V-1), zeros outside the sequence: the launcher takes
-// this kernel only where L is a multiple of V, so a chunk lies wholly inside or outside.
-template <typename T>
-__device__ __forceinline__ uint4 load_chunk(const T* row, int64_t c, int64_t n_chunks) {
-  return c >= 0 && c < n_chunks ? *reinterpret_cast<const uint4*>(row + c * kVec<T>) : make_uint4(0u, 0u, 0u, 0u);
-}
-
-template <typename T>
-__device__ __forceinline__ void unpack(uint4 u, float* f, bool tf32) {
-  Chunk<T> c;
-  c.u = u;
-#pragma unroll
-  for (int e = 0; e < kVec<T>; ++e) f[e] = operand(to_float(c.e[e]), tf32);
-}
-
-// The chunk of the lane h below (kUp) or above this one.
-template <bool kUp>
-__device__ __forceinline__ uint4 shuffle_chunk(uint4 v, int h) {
-  constexpr unsigned kAll = 0xffffffffu;
-  if constexpr (kUp) {
-    return make_uint4(__shfl_up_sync(kAll, v.x, h), __shfl_up_sync(kAll, v.y, h), __shfl_up_sync(kAll, v.z, h),
-                      __shfl_up_sync(kAll, v.w, h));
-  } else {
-    return make_uint4(__shfl_down_sync(kAll, v.x, h), __shfl_down_sync(kAll, v.y, h), __shfl_down_sync(kAll, v.z, h),
-                      __shfl_down_sync(kAll, v.w, h));
-  }
-}
-
 // kAnti: the input gradient's anti-causal window (shift 0, taps reaching forward), else the
 // causal one (shift -(K-1)).  Block: one row (batch, output channel) segment of kSegChunks.
 template <typename T, int K, bool kAnti>
 __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, int64_t n_seg) {
-  constexpr int V = kVec<T>;
-  constexpr int kNb = (K - 1 + V - 1) / V;  // neighbouring chunks the taps reach into
-  constexpr int kNbA = kNb > 0 ? kNb : 1;   // (arrays of at least one element)
+  using W = chunks::Window<T, K>;
+  constexpr int V = W::V;
   const int64_t n_chunks = p.L / V;
   const int64_t seg = blockIdx.x % n_seg, row = blockIdx.x / n_seg;
   const int64_t oc = row % p.C_out, b = row / p.C_out;
@@ -154,18 +117,14 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, int64_t n_seg) 
   T* y = static_cast<T*>(p.y) + b * p.sy_b + oc * p.sy_c;
   const bool tf32 = p.precision == Precision::kTF32;
   const int lane = threadIdx.x & 31;
-  // A lane at the warp's edge loads the neighbouring chunk itself: no lane there holds it.
-  auto at_edge = [&](int h) { return kAnti ? lane >= 32 - h : lane < h; };
 
   const int64_t c0 = seg * kSegChunks + threadIdx.x;
-  uint4 own[kPer], edge[kPer][kNbA];
+  uint4 own[kPer], edge[kPer][W::kEdges];
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int64_t c = c0 + i * kThreads;
-    own[i] = load_chunk(x, c, n_chunks);
-#pragma unroll
-    for (int h = 1; h <= kNb; ++h)
-      edge[i][h - 1] = at_edge(h) ? load_chunk(x, kAnti ? c + h : c - h, n_chunks) : make_uint4(0u, 0u, 0u, 0u);
+    own[i] = chunks::load(x, c, n_chunks);
+    W::template load_edges<kAnti>(edge[i], x, c, n_chunks, lane);
   }
   const T* wrow = static_cast<const T*>(p.w) + oc * K;
   float w[K];
@@ -175,43 +134,35 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, int64_t n_seg) 
 
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
-    // win holds the chunks c - kNb .. c (causal) or c .. c + kNb (anti-causal), in order.
-    float win[(kNb + 1) * V];
-    unpack<T>(own[i], win + (kAnti ? 0 : kNb * V), tf32);
-#pragma unroll
-    for (int h = 1; h <= kNb; ++h) {
-      const uint4 nb = shuffle_chunk<!kAnti>(own[i], h);  // every lane takes part
-      unpack<T>(at_edge(h) ? edge[i][h - 1] : nb, win + (kAnti ? h : kNb - h) * V, tf32);
-    }
+    float win[W::kElems];
+    W::template fill<kAnti>(win, own[i], edge[i], lane, tf32);  // every lane takes part
     const int64_t c = c0 + i * kThreads;
     if (c >= n_chunks) continue;
-    Chunk<T> out;
+    chunks::Chunk<T> out;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       float acc = 0.f;
 #pragma unroll
-      for (int k = 0; k < K; ++k) acc = fmaf(w[k], win[kAnti ? j + k : kNb * V + j + k - (K - 1)], acc);
+      for (int k = 0; k < K; ++k) acc = fmaf(w[k], win[W::template at<kAnti>(j, k)], acc);
       out.e[j] = from_float<T>(acc + bv);
     }
     *reinterpret_cast<uint4*>(y + c * V) = out.u;
   }
 }
 
-// Whether the register kernel takes p: see the file's comment.  Opt-in with
-// CAUSALCONV_DEPTHWISE_REGISTERS=1 until it has run on a GPU (written in a session that had
-// none: NOTES v38); the staged kernel otherwise.
+// Whether the register kernel takes p (see the file's comment; opt-in, chunks::enabled()).
 template <typename T>
 bool fits(const ConvParams& p) {
-  constexpr int V = kVec<T>;
+  constexpr int V = chunks::kVec<T>;
   const bool causal = p.shift == -(p.K - 1) * p.dilation, anti = p.shift == 0;
-  return env_switch("CAUSALCONV_DEPTHWISE_REGISTERS", false) && p.K <= kMaxTaps && (p.K == 1 || p.dilation == 1) &&
+  return chunks::enabled() && p.K <= kMaxTaps && (p.K == 1 || p.dilation == 1) &&
          (causal || anti) && p.L % V == 0 && rows_vectorizable<T>(p) && p.sy_c % V == 0 && p.sy_b % V == 0 &&
          reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
 }
 
 template <typename T>
 void launch(const ConvParams& p, cudaStream_t stream) {
-  const int64_t n_seg = ceil_div(p.L / kVec<T>, kSegChunks);
+  const int64_t n_seg = ceil_div(p.L / chunks::kVec<T>, kSegChunks);
   const int64_t blocks = p.B * p.C_out * n_seg;
   CAUSALCONV_CHECK(blocks <= INT32_MAX, "causalconv: problem too large for one launch of conv_fwd_depthwise");
   // K = 1 reads no neighbour; its shift is 0 for either direction.

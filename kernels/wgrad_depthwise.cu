@@ -19,10 +19,17 @@
 //   in 155 us on an H100 against a 24 us floor at 4.2 TB/s; NOTES v34 and v35 measured).
 // - direct (anything else: views off a 16-byte boundary, lengths not a multiple of 16 bytes,
 //   wide dilations): each thread loads dy and the taps' x values at its own steps.
+// - registers (opt-in, CAUSALCONV_DEPTHWISE_REGISTERS=1, until it has run on a GPU; dilation
+//   1, up to 8 taps, the staged kernel's alignment): a unit is one 16-byte chunk of dy per
+//   thread and the x window under its taps, the thread's own x chunk and the ones before it
+//   from the lanes below (chunks.cuh), two units' loads in flight before the first multiply;
+//   no shared memory, no barriers, ~7 instructions per step at K = 4 where the staged kernel's
+//   1 + K scalar shared loads per step come to ~14.
 #include <ATen/ATen.h>
 
 #include <algorithm>
 
+#include "chunks.cuh"
 #include "common.cuh"
 #include "launchers.h"
 #include "ptx.cuh"
@@ -47,6 +54,7 @@ constexpr size_t kStagedMaxBytes = 48 * 1024;
 
 struct Plan {
   int kg, n_tg;         // taps per block, tap groups
+  bool registers;       // the register kernel (one tap group)
   int chunk;            // steps per unit
   int64_t n_chunks;     // chunks per sequence
   int64_t units, per_split;
@@ -57,12 +65,25 @@ struct Plan {
 template <typename T>
 constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements per 16-byte copy
 
+// Rows of x and dy read 16 bytes at a time: both start on a 16-byte boundary (rows are
+// contiguous) and L is a multiple of 16 bytes' worth of elements.
+bool rows_aligned(const WgradParams& p, at::ScalarType dtype) {
+  const int vec = 16 / static_cast<int>(c10::elementSize(dtype));
+  return reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.dy) % 16 == 0 && p.L % vec == 0;
+}
+
+// The register kernel: aligned rows, the causal window at dilation 1 (the tap span within the
+// chunks beside a thread's own), taps in one group.
+bool registers_fit(const WgradParams& p, at::ScalarType dtype) {
+  return chunks::enabled() && rows_aligned(p, dtype) && p.K <= kMaxTaps && (p.K == 1 || p.dilation == 1) &&
+         p.shift == -(p.K - 1) * p.dilation;
+}
+
 // The staged kernel's x window per stage: the chunk, the taps' span and up to a copy's worth of
 // misalignment in front, in whole copies; 0 where the staged kernel cannot run.
 int staged_x_elems(const WgradParams& p, int kg, at::ScalarType dtype) {
   const int e = static_cast<int>(c10::elementSize(dtype)), vec = 16 / e;
-  const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.dy) % 16 == 0 &&
-                       p.L % vec == 0;
+  const bool aligned = rows_aligned(p, dtype);
   const int64_t span = static_cast<int64_t>(kg - 1) * p.dilation;
   const int64_t x_elems = ceil_div(vec - 1 + kStagedChunk + span, vec) * vec;
   const int64_t bytes = static_cast<int64_t>(kStages) * (kStagedChunk + x_elems) * e;
@@ -73,8 +94,11 @@ Plan make_plan(const WgradParams& p, at::ScalarType dtype, int sm_count) {
   Plan pl{};
   pl.kg = std::min(p.K, kMaxTaps);
   pl.n_tg = static_cast<int>(ceil_div(p.K, pl.kg));
-  pl.x_elems = staged_x_elems(p, pl.kg, dtype);
-  pl.chunk = pl.x_elems > 0 ? kStagedChunk : kChunk;
+  pl.registers = registers_fit(p, dtype);
+  pl.x_elems = pl.registers ? 0 : staged_x_elems(p, pl.kg, dtype);
+  pl.chunk = pl.registers ? kThreads * (16 / static_cast<int>(c10::elementSize(dtype)))
+             : pl.x_elems > 0 ? kStagedChunk
+                              : kChunk;
   pl.n_chunks = ceil_div(p.L, pl.chunk);
   pl.units = p.B * pl.n_chunks;
   const int64_t c_out = static_cast<int64_t>(p.groups) * p.cout_g;
@@ -267,11 +291,67 @@ __global__ void __launch_bounds__(kThreads, 4) wgrad_depthwise_staged_kernel(Wgr
   store_block_sums<KG>(p, it, acc);
 }
 
+// A unit is one 16-byte chunk of dy per thread (pl.chunk = kThreads * V steps) and the x
+// window under the taps; kInFlight units' loads go out before the first of them is used.
+// KG is K here (one tap group).
+template <typename T, int KG>
+__global__ void __launch_bounds__(kThreads, 4) wgrad_depthwise_registers_kernel(WgradParams p, Plan pl) {
+  ptx::griddep_launch_dependents();  // the split reduction after it may start (dependent_launch.cuh)
+  using W = chunks::Window<T, KG>;
+  constexpr int kInFlight = 2;
+  const BlockItem it = block_item(p, pl, KG);
+  const int64_t c_out = static_cast<int64_t>(p.groups) * p.cout_g;
+  const bool tf32 = p.precision == Precision::kTF32;
+  const int lane = threadIdx.x & 31;
+  const int64_t n_vec = p.L / W::V;  // 16-byte chunks per row
+
+  float acc[KG];
+#pragma unroll
+  for (int k = 0; k < KG; ++k) acc[k] = 0.f;
+
+  const int64_t u_end = std::min<int64_t>(pl.units, (it.split + 1) * pl.per_split);
+  for (int64_t u0 = it.split * pl.per_split; u0 < u_end; u0 += kInFlight) {
+    uint4 dv[kInFlight], xv[kInFlight], edge[kInFlight][W::kEdges];
+    int64_t c[kInFlight];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      // A unit past the split's end (uniform over the block) adds nothing: its chunk is past
+      // the row, and the row is batch 0's, whose chunks before it the edge lanes may read.
+      const int64_t u = u0 + i;
+      const bool real = u < u_end;
+      const int64_t b = real ? u / pl.n_chunks : 0;
+      c[i] = real ? (u % pl.n_chunks) * kThreads + threadIdx.x : n_vec;
+      const T* dy = static_cast<const T*>(p.dy) + (b * c_out + it.o) * p.L;
+      const T* x = static_cast<const T*>(p.x) + (b * p.groups + it.c) * p.L;
+      dv[i] = chunks::load(dy, c[i], n_vec);
+      xv[i] = chunks::load(x, c[i], n_vec);
+      W::template load_edges<false>(edge[i], x, c[i], n_vec, lane);
+    }
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      float win[W::kElems], d[W::V];
+      W::template fill<false>(win, xv[i], edge[i], lane, tf32);  // every lane takes part
+      // Steps past the sequence are skipped, not multiplied: x under their taps may be real
+      // data, and 0 * inf would make a NaN the exact gradient does not have.
+      if (c[i] >= n_vec) continue;
+      chunks::unpack<T>(dv[i], d, tf32);
+#pragma unroll
+      for (int j = 0; j < W::V; ++j)
+#pragma unroll
+        for (int k = 0; k < KG; ++k) acc[k] = fmaf(d[j], win[W::template at<false>(j, k)], acc[k]);
+    }
+  }
+  store_block_sums<KG>(p, it, acc);
+}
+
 template <typename T, int KG>
 void launch_taps(const WgradParams& p, const Plan& pl, cudaStream_t stream) {
   const int64_t blocks = static_cast<int64_t>(p.groups) * p.cout_g * pl.n_tg * pl.splits;
   CAUSALCONV_CHECK(blocks <= INT32_MAX, "causalconv: depthwise weight-gradient problem too large for one launch");
-  if (pl.x_elems > 0) {
+  if (pl.registers) {
+    wgrad_depthwise_registers_kernel<T, KG><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, pl);
+    CAUSALCONV_CHECK_LAUNCH("conv_wgrad_depthwise_registers");
+  } else if (pl.x_elems > 0) {
     const size_t smem = static_cast<size_t>(kStages) * (kStagedChunk + pl.x_elems) * sizeof(T);
     wgrad_depthwise_staged_kernel<T, KG><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p, pl);
     CAUSALCONV_CHECK_LAUNCH("conv_wgrad_depthwise_staged");

@@ -1,8 +1,9 @@
 """Depthwise causal convolutions (groups = channels, the Mamba / Hyena short conv): the
 forward, the weight gradient alone and the whole backward against F.pad + F.conv1d in the
-same process (median CUDA-event times, L2 flushed), ours twice: with the forward and input
-gradient on the register kernel of fwd_depthwise.cu ("ours", CAUSALCONV_DEPTHWISE_REGISTERS=1)
-and on its staged kernel ("staged", =0, the default until the register kernel has run);
+same process (median CUDA-event times, L2 flushed), ours twice: on the register kernels
+("ours", CAUSALCONV_DEPTHWISE_REGISTERS=1: fwd_depthwise.cu's for the forward and input
+gradient, wgrad_depthwise.cu's for the weight gradient) and on the staged ones ("staged",
+=0, the default until the register kernels have run on a GPU);
 and the weight gradient on the dense CUDA-core kernel (forced 'generic', what depthwise
 layers ran before wgrad_depthwise.cu) beside the depthwise one; each result's normwise
 error against float64.

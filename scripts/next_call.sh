@@ -5,8 +5,8 @@
 #   (CAUSALCONV_RS_MULTICAST), else the committed defaults: benchmark, whole suite, memcheck
 #   over the sm_90a and depthwise kernels (about 450 s);
 # - on an H100, the verification of the committed code: the depthwise tests, the depthwise
-#   benchmark (the register forward against the staged one and cuDNN), memcheck over the
-#   CUDA-core families, then the whole suite.
+#   benchmark (the opt-in register kernels against the staged ones and cuDNN), memcheck over
+#   the CUDA-core families with the register kernels on, then the whole suite.
 # Logs and h200.json under $OUT.   [LONG=1] scripts/next_call.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,5 +29,6 @@ STEPS=tests PYTEST_K=depthwise PYTEST_ARGS="tests/test_gpu_forward.py tests/test
   TAIL=8 scripts/device_check.sh
 cp "$OUT/tests.log" "$OUT/tests-depthwise.log"
 STEPS=depthwise STEP_TIMEOUT=90 TAIL=30 scripts/device_check.sh
-STEPS=memcheck SANITIZE_KERNELS=depthwise,generic STEP_TIMEOUT=90 TAIL=6 scripts/device_check.sh
+CAUSALCONV_DEPTHWISE_REGISTERS=1 STEPS=memcheck SANITIZE_KERNELS=depthwise,generic STEP_TIMEOUT=90 TAIL=6 \
+  scripts/device_check.sh
 STEPS=tests STEP_TIMEOUT=270 TAIL=15 scripts/device_check.sh

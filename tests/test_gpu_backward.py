@@ -136,7 +136,7 @@ def test_input_gradient_on_every_forward_family(dtype, precision, kernel, monkey
 
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("multiplier", [1, 3])
-def test_depthwise_weight_gradient(dtype, precision, multiplier):
+def test_depthwise_weight_gradient(dtype, precision, multiplier, monkeypatch):
     """One input channel per group takes the depthwise weight-gradient kernels (one output
     channel per block, up to 8 taps, the (batch, step) range split over blocks): tap groups
     (K = 9, 16), wide dilations, sequences shorter than the causal pad, several chunks and
@@ -145,7 +145,10 @@ def test_depthwise_weight_gradient(dtype, precision, multiplier):
     staged one where rows are 16-byte aligned (L a multiple of 16 bytes) and the taps' window
     fits its shared memory, the direct one for L = 7, 2100 and 300 in 16-bit, dilation 3000 in
     fp32 and the unaligned view.  On a 132-multiprocessor GPU the 12x256 L=8192 case gives
-    each staged block 3 (x1) or 8 (x3) units, so its two-slot ring wraps."""
+    each staged block 3 (x1) or 8 (x3) units, so its two-slot ring wraps.  With
+    CAUSALCONV_DEPTHWISE_REGISTERS=1 the register kernel takes the dilation-1 cases of up to 8
+    taps on aligned rows (K = 4 at L = 1000 and 8192, K = 3 at L = 300 in fp32; the unaligned
+    view stays on the direct kernel): bitwise repeatable and within the same tolerance."""
     cases = ((2, 24, 4, 1, 1000, "contiguous"), (3, 16, 9, 3, 5000, "contiguous"), (1, 8, 16, 1, 7, "contiguous"),
              (4, 32, 2, 64, 2100, "contiguous"), (64, 4, 3, 1, 300, "contiguous"), (12, 256, 4, 1, 8192, "contiguous"),
              (2, 8, 3, 3000, 8192, "contiguous"), (2, 40, 4, 1, 2048, "unaligned"))
@@ -160,18 +163,20 @@ def test_depthwise_weight_gradient(dtype, precision, multiplier):
         # The dense kernel sums each thread's share of B*L products in one fp32 register: past
         # ~10^5 its 'ieee' error exceeds the tolerance (3.3e-6 at 12x8192 on an H100), so the
         # long case is checked against float64 alone.
-        kernels = ("auto", "auto", "generic") if b * length <= 65536 else ("auto", "auto")
-        runs = []
-        for kernel in kernels:
+        runs = {}
+        for kernel, registers in (("auto", "0"), ("auto", "0"), ("auto", "1"), ("auto", "1"), ("generic", "0")):
+            if kernel == "generic" and b * length > 65536:
+                continue
+            monkeypatch.setenv("CAUSALCONV_DEPTHWISE_REGISTERS", registers)
             with forced_kernel(kernel), count_launches() as n, poisoned_outputs():
-                runs.append(torch.autograd.grad(y, [wg], gy, retain_graph=True)[0])
+                runs.setdefault((kernel, registers), []).append(torch.autograd.grad(y, [wg], gy, retain_graph=True)[0])
             family = "wgrad_generic" if kernel == "generic" else "wgrad_depthwise"
             assert n[family] == 1 and n["wgrad_generic"] + n["wgrad_depthwise"] == 1, (kernel, n)
-        assert torch.equal(runs[0], runs[1]), f"{label}: differs between identical runs"
         exact = exact_grads(x, w, None, gy, dilation, channels, precision)[1]
-        assert_close(runs[0], exact, dtype, precision, "dw", label=label)
-        if len(runs) == 3:
-            assert_close(runs[2], exact, dtype, precision, "dw", label=f"{label} dense kernel")
+        for (kernel, registers), got in runs.items():
+            which = f"{label} {'dense kernel' if kernel == 'generic' else 'registers ' + registers}"
+            assert all(torch.equal(g, got[0]) for g in got[1:]), f"{which}: differs between identical runs"
+            assert_close(got[0], exact, dtype, precision, "dw", label=which)
 
 
 @pytest.mark.parametrize("dtype,precision", DTYPE_PRECISIONS, ids=lambda v: str(v).replace("torch.", ""))
