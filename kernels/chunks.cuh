@@ -10,8 +10,9 @@
 namespace causalconv {
 namespace chunks {
 
-// The register kernels are opt-in (CAUSALCONV_DEPTHWISE_REGISTERS=1) until they have run on a
-// GPU: they were written in a session that had none (NOTES v38, v39).
+// The register kernels, and the copy of channel-last x before a depthwise forward
+// (dispatch.cu), are opt-in (CAUSALCONV_DEPTHWISE_REGISTERS=1) until they have run on a GPU:
+// they were written in a session that had none (NOTES v38, v39).
 inline bool enabled() { return env_switch("CAUSALCONV_DEPTHWISE_REGISTERS", false); }
 
 template <typename T>

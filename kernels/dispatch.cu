@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "chunks.cuh"
 #include "common.cuh"
 #include "dispatch.h"
 #include "launchers.h"
@@ -77,7 +78,7 @@ int sm_major() { return device_info().major; }
 struct FwdChoice {
   KernelKind kind;
   int bn = 64;
-  bool copy_x = false;  // tensor cores after one contiguous copy of x
+  bool copy_x = false;  // after one contiguous copy of x (tensor cores; depthwise, see below)
   bool tma = false;     // the wgmma family's TMA kernel rather than the register-A one
   bool window = false;  // fp32 TF32 on the TMA kernel that reads x from raw windows into registers
 };
@@ -91,6 +92,13 @@ struct FwdChoice {
 bool window_forward_pays(const ConvParams& p) {
   return p.precision == Precision::kTF32 && p.cout_g >= 64 && p.B * p.L >= 8192;
 }
+
+// With the depthwise register kernels on (chunks::enabled(), opt-in), x whose steps are not
+// adjacent (channel-last: a (B, L, C) activation viewed as (B, C, L)) is copied to contiguous
+// rows first: the depthwise kernels read a row's steps, which such x scatters one per sector
+// (estimated several times the contiguous time on large layers, NOTES next steps 7; the copy
+// costs one read and write of x).
+bool depthwise_copies_x(const at::Tensor& x) { return chunks::enabled() && x.size(2) > 1 && x.stride(2) != 1; }
 
 FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice forced) {
   const bool tc_arch = sm_major() >= 8;
@@ -113,6 +121,7 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
     case KernelChoice::kDepthwise:
       CAUSALCONV_CHECK(p.cin_g == 1, "causalconv: the depthwise kernel needs one input channel per group");
       c.kind = KernelKind::kFwdDepthwise;
+      c.copy_x = depthwise_copies_x(x);
       return c;
     case KernelChoice::kWgmma:
     case KernelChoice::kWgmmaRegisterA:
@@ -131,6 +140,7 @@ FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice 
   }
   if (p.cin_g == 1) {
     c.kind = KernelKind::kFwdDepthwise;
+    c.copy_x = depthwise_copies_x(x);
   } else if (tc_arch && (x_ok || can_copy) && p.cin_g >= 16 && p.cout_g >= 16) {
     // Narrow groups would fill the 32/64-channel chunks mostly with zeros.
     tensor_cores(wgmma, false);
