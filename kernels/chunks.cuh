@@ -31,6 +31,19 @@ __device__ __forceinline__ uint4 load(const T* row, int64_t c, int64_t n_chunks)
   return c >= 0 && c < n_chunks ? *reinterpret_cast<const uint4*>(row + c * kVec<T>) : make_uint4(0u, 0u, 0u, 0u);
 }
 
+// Chunk c of a row from fp32 values, one 16-byte store (as plain C++ the compiler split the
+// first of a thread's stores into four 4-byte ones, each warp instruction then touching 16
+// sectors for a quarter of their bytes).
+template <typename T>
+__device__ __forceinline__ void store(T* row, int64_t c, const float* f) {
+  Chunk<T> out;
+#pragma unroll
+  for (int e = 0; e < kVec<T>; ++e) out.e[e] = from_float<T>(f[e]);
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(row + c * kVec<T>), "r"(out.u.x), "r"(out.u.y),
+               "r"(out.u.z), "r"(out.u.w)
+               : "memory");
+}
+
 template <typename T>
 __device__ __forceinline__ void unpack(uint4 u, float* f, bool tf32) {
   Chunk<T> c;

@@ -138,15 +138,15 @@ __global__ void __launch_bounds__(kThreads) kernel(ConvParams p, int64_t n_seg) 
     W::template fill<kAnti>(win, own[i], edge[i], lane, tf32);  // every lane takes part
     const int64_t c = c0 + i * kThreads;
     if (c >= n_chunks) continue;
-    chunks::Chunk<T> out;
+    float out[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       float acc = 0.f;
 #pragma unroll
       for (int k = 0; k < K; ++k) acc = fmaf(w[k], win[W::template at<kAnti>(j, k)], acc);
-      out.e[j] = from_float<T>(acc + bv);
+      out[j] = acc + bv;
     }
-    *reinterpret_cast<uint4*>(y + c * V) = out.u;
+    chunks::store(y, c, out);
   }
 }
 

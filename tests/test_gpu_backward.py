@@ -187,8 +187,9 @@ def test_depthwise_forward_kernels_agree(dtype, precision, multiplier, monkeypat
     rows, and the staged one (=0, the default), sum the same fp32 operands in the same order, so
     they agree bit for bit, the forward and (multiplier 1, where the input gradient is
     depthwise too and reads the weights tap-reversed) the input gradient; both within
-    float64's tolerance.  Lengths of one chunk, of several blocks with a short last one,
-    and the taps reaching one or two chunks back (8 taps are two 4-element fp32 chunks);
+    float64's tolerance, as is the weight gradient of either setting.  Lengths of one chunk,
+    of several blocks with a short last one, and the taps reaching one or two chunks back (8
+    taps are two 4-element fp32 chunks);
     a channel slice of a wider tensor (rows at an offset); channel-last x, which the register
     setting copies to contiguous rows first; K = 9 and dilation 2 take the staged kernel
     either way."""
@@ -215,8 +216,10 @@ def test_depthwise_forward_kernels_agree(dtype, precision, multiplier, monkeypat
                 assert torch.equal(a, e), f"{label}: {name} differs between the register and staged kernels"
         exact_y = exact_forward(x, w, bias, dilation, channels, precision)
         assert_close(runs["1"][0], exact_y, dtype, precision, label=label, terms=k)
-        exact_dx = exact_grads(x, w, bias, gy, dilation, channels, precision)[0]
+        exact_dx, exact_dw = exact_grads(x, w, bias, gy, dilation, channels, precision)[:2]
         assert_close(runs["1"][1], exact_dx, dtype, precision, "dx", label=label, terms=multiplier * k)
+        for registers in ("1", "0"):  # the weight gradient's register and staged kernels sum in different orders
+            assert_close(runs[registers][2], exact_dw, dtype, precision, "dw", label=f"{label} registers {registers}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
