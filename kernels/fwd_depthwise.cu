@@ -4,16 +4,17 @@
 //
 // Two kernels:
 // - registers (opt-in, CAUSALCONV_DEPTHWISE_REGISTERS=1; dilation 1, up to 8 taps, rows of x
-//   and y 16-byte aligned, L a multiple of 16 bytes' worth of elements): a thread loads its 16-byte chunks of x, all of them
-//   before any store, and computes each chunk's outputs in registers; the taps that reach
-//   into the neighbouring chunk (the one before for the forward, after for an input
-//   gradient) get it from the neighbouring lane by shuffles, and the lanes at a warp's edge
-//   load it themselves; 16-byte stores.  kPer chunks of 16 bytes per thread, 128-thread
-//   blocks: at full occupancy 64 KB of loads in flight per multiprocessor.
-// - staged (the default, and everything the register kernel does not take): the segment and the
-//   taps' span through shared memory, 4-byte stores.  It had ~2 KB of 16-byte loads in
-//   flight per block and measured 89 us on an 8x1536 K4 L2048 bf16 layer on an H100
-//   (NOTES v35), 3.7x that layer's 24 us floor at 4.2 TB/s.
+//   and y 16-byte aligned, L a multiple of 16 bytes' worth of elements): a thread loads its
+//   16-byte chunks of x, all of them before any store, and computes each chunk's outputs in
+//   registers; the taps that reach into the neighbouring chunk (the one before for the
+//   forward, after for an input gradient) get it from the neighbouring lane by shuffles, and
+//   the lanes at a warp's edge load it themselves (chunks.cuh); 16-byte stores.  kPer
+//   chunks per thread, 128-thread blocks: at 26-56 registers, 9 to 16 blocks and 36-64 KB
+//   of loads in flight per multiprocessor.
+// - staged (the default, and everything the register kernel does not take): the segment and
+//   the taps' span through shared memory, one element store per step.  It keeps ~2 KB of
+//   16-byte loads in flight per block and measured 89 us on an 8x1536 K4 L2048 bf16 layer on
+//   an H100 (NOTES v35), 3.7x that layer's 24 us floor at 4.2 TB/s.
 // Both sum the taps in the same order from the same fp32 operands, so they agree bit for bit.
 // An input gradient's weights come as the forward's (ConvParams::w_transposed): with one
 // input channel per group the per-group transpose is the identity, so they are read

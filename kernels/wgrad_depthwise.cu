@@ -10,7 +10,7 @@
 // shuffle tree per warp, then the warps in order) into its split's slice of the workspace;
 // split_reduce.cu adds the slices in order, so dw is bitwise reproducible without atomics.
 //
-// Two kernels, one plan:
+// Three kernels, one plan:
 // - staged (rows of x and dy 16-byte aligned, the taps' span short enough for a shared-memory
 //   window): each unit's dy chunk and the x window under its taps go to shared memory by
 //   16-byte cp.async with zero fill outside the sequence, two units in flight per block, and
@@ -23,8 +23,8 @@
 //   1, up to 8 taps, the staged kernel's alignment): a unit is one 16-byte chunk of dy per
 //   thread and the x window under its taps, the thread's own x chunk and the ones before it
 //   from the lanes below (chunks.cuh), two units' loads in flight before the first multiply;
-//   no shared memory, no barriers, ~7 instructions per step at K = 4 where the staged kernel's
-//   1 + K scalar shared loads per step come to ~14.
+//   no shared memory and no barrier but the final reduction's; ~7 instructions per step at
+//   K = 4 where the staged kernel's 1 + K scalar shared loads per step come to ~14.
 #include <ATen/ATen.h>
 
 #include <algorithm>
