@@ -39,8 +39,8 @@ __device__ __forceinline__ void store(T* row, int64_t c, const float* f) {
   Chunk<T> out;
 #pragma unroll
   for (int e = 0; e < kVec<T>; ++e) out.e[e] = from_float<T>(f[e]);
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(row + c * kVec<T>), "r"(out.u.x), "r"(out.u.y),
-               "r"(out.u.z), "r"(out.u.w)
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(__cvta_generic_to_global(row + c * kVec<T>)),
+               "r"(out.u.x), "r"(out.u.y), "r"(out.u.z), "r"(out.u.w)
                : "memory");
 }
 

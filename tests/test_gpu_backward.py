@@ -189,10 +189,9 @@ def test_depthwise_forward_kernels_agree(dtype, precision, multiplier, monkeypat
     depthwise too and reads the weights tap-reversed) the input gradient; both within
     float64's tolerance, as is the weight gradient of either setting.  Lengths of one chunk,
     of several blocks with a short last one, and the taps reaching one or two chunks back (8
-    taps are two 4-element fp32 chunks);
-    a channel slice of a wider tensor (rows at an offset); channel-last x, which the register
-    setting copies to contiguous rows first; K = 9 and dilation 2 take the staged kernel
-    either way."""
+    taps are two 4-element fp32 chunks); a channel slice of a wider tensor (rows at an
+    offset); channel-last x, which the register setting copies to contiguous rows first;
+    K = 9 and dilation 2 take the staged kernel either way."""
     cases = ((2, 8, 4, 1, 8, "contiguous"), (3, 16, 4, 1, 5000, "contiguous"), (2, 24, 1, 1, 2056, "contiguous"),
              (2, 8, 2, 1, 1000, "channel_slice"), (1, 16, 3, 1, 4096, "contiguous"), (2, 8, 5, 1, 3072, "contiguous"),
              (2, 8, 8, 1, 1032, "contiguous"), (2, 8, 9, 1, 1000, "contiguous"), (2, 8, 4, 2, 1000, "contiguous"),
