@@ -98,7 +98,7 @@ bool window_forward_pays(const ConvParams& p) {
 // rows first: the depthwise kernels read a row's steps, which such x scatters one per sector
 // (estimated several times the contiguous time on large layers, NOTES next steps 7; the copy
 // costs one read and write of x).
-bool depthwise_copies_x(const at::Tensor& x) { return chunks::enabled() && x.size(2) > 1 && x.stride(2) != 1; }
+bool depthwise_copies_x(const at::Tensor& x) { return x.size(2) > 1 && x.stride(2) != 1 && chunks::enabled(); }
 
 FwdChoice choose_forward(const ConvParams& p, const at::Tensor& x, KernelChoice forced) {
   const bool tc_arch = sm_major() >= 8;

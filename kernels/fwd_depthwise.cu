@@ -156,9 +156,9 @@ template <typename T>
 bool fits(const ConvParams& p) {
   constexpr int V = chunks::kVec<T>;
   const bool causal = p.shift == -(p.K - 1) * p.dilation, anti = p.shift == 0;
-  return chunks::enabled() && p.K <= kMaxTaps && (p.K == 1 || p.dilation == 1) &&
-         (causal || anti) && p.L % V == 0 && rows_vectorizable<T>(p) && p.sy_c % V == 0 && p.sy_b % V == 0 &&
-         reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+  return p.K <= kMaxTaps && (p.K == 1 || p.dilation == 1) && (causal || anti) && p.L % V == 0 &&
+         rows_vectorizable<T>(p) && p.sy_c % V == 0 && p.sy_b % V == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0 &&
+         chunks::enabled();  // the environment read last
 }
 
 template <typename T>

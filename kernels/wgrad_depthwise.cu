@@ -75,8 +75,8 @@ bool rows_aligned(const WgradParams& p, at::ScalarType dtype) {
 // The register kernel: aligned rows, the causal window at dilation 1 (the tap span within the
 // chunks beside a thread's own), taps in one group.
 bool registers_fit(const WgradParams& p, at::ScalarType dtype) {
-  return chunks::enabled() && rows_aligned(p, dtype) && p.K <= kMaxTaps && (p.K == 1 || p.dilation == 1) &&
-         p.shift == -(p.K - 1) * p.dilation;
+  return rows_aligned(p, dtype) && p.K <= kMaxTaps && (p.K == 1 || p.dilation == 1) &&
+         p.shift == -(p.K - 1) * p.dilation && chunks::enabled();  // the environment read last
 }
 
 // The staged kernel's x window per stage: the chunk, the taps' span and up to a copy's worth of
